@@ -1,0 +1,377 @@
+//! The one configuration table. Every knob is a row of [`KEYS`]: its name, default and help, read
+//! from `ROCMGUARD_<NAME>` variables or from one `ROCMGUARD_CONF=name:value,name:value` line (the
+//! way `PYTORCH_HIP_ALLOC_CONF` works). Bad values warn and keep the default; nothing aborts.
+
+use crate::size::{format_size, parse_size, Limit};
+
+/// How the shim treats unified memory (integrated GPUs whose memory queries misreport).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UmaMode {
+    /// Unified-memory view on integrated devices only.
+    Auto,
+    On,
+    Off,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Most device memory the program may hold; `None` = all of it.
+    pub vram_limit: Option<Limit>,
+    /// Bytes that must stay free on the device after any growth.
+    pub headroom: u64,
+    /// Cached segments are released once reserved passes `trim_threshold x cap`.
+    pub trim_threshold: f64,
+    /// Blocks at least this large are never split (`max_split_size_mb`).
+    pub max_split: Option<u64>,
+    /// Attempts after the first failed growth, each after trimming and synchronizing.
+    pub retries: u32,
+    /// Bytes reserved in 256 MiB segments at first use.
+    pub warmup: u64,
+    /// Log level: error, warn, info, debug or trace.
+    pub log: String,
+    /// Write the log here as well as to stderr.
+    pub log_file: Option<String>,
+    /// Print the per-device stats table at exit.
+    pub stats: bool,
+    /// Pass every call straight through.
+    pub disable: bool,
+    /// Record every hooked call to this file (`%p` = pid).
+    pub trace: Option<String>,
+    pub uma: UmaMode,
+    /// Host memory kept out of the unified-memory ceiling.
+    pub host_reserve: Limit,
+}
+
+/// One row of the configuration table.
+pub struct Key {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub help: &'static str,
+    set: fn(&mut Config, &str) -> Result<(), String>,
+}
+
+impl Key {
+    /// The environment variable that sets this key.
+    pub fn var(&self) -> String {
+        format!("ROCMGUARD_{}", self.name.to_ascii_uppercase())
+    }
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(format!("`{}` is not a boolean (use 1 or 0)", v)),
+    }
+}
+
+fn parse_optional_size(v: &str) -> Result<Option<u64>, String> {
+    match v.trim() {
+        "" | "none" | "unlimited" => Ok(None),
+        t => parse_size(t).map(Some),
+    }
+}
+
+/// The table. Defaults are strings run through the same setters as user values.
+pub const KEYS: &[Key] = &[
+    Key {
+        name: "vram_limit",
+        default: "none",
+        help: "Cap on device memory the program may hold: bytes (20GiB, 20G) or a share of the device (85%). none = the whole device.",
+        set: |c, v| {
+            c.vram_limit = match v.trim() {
+                "" | "none" | "unlimited" | "100%" => None,
+                t => Some(Limit::parse(t)?),
+            };
+            Ok(())
+        },
+    },
+    Key {
+        name: "headroom",
+        default: "0",
+        help: "Bytes that must stay free on the device after the pool grows (room for runtime and library workspaces).",
+        set: |c, v| parse_size(v).map(|b| c.headroom = b),
+    },
+    Key {
+        name: "trim_threshold",
+        default: "0.8",
+        help: "Release cached segments, oldest first, once reserved memory passes this share of the cap (garbage_collection_threshold).",
+        set: |c, v| {
+            let t: f64 = v.trim().parse().map_err(|_| format!("`{}` is not a number", v))?;
+            if !(t > 0.0 && t <= 1.0) {
+                return Err(format!("`{}` must be above 0 and at most 1", v));
+            }
+            c.trim_threshold = t;
+            Ok(())
+        },
+    },
+    Key {
+        name: "max_split",
+        default: "none",
+        help: "Blocks this large or larger are never split (max_split_size_mb); none = split any block.",
+        set: |c, v| parse_optional_size(v).map(|s| c.max_split = s),
+    },
+    Key {
+        name: "retries",
+        default: "3",
+        help: "Attempts after an out-of-memory from the device, each after trimming the cache and synchronizing.",
+        set: |c, v| {
+            let r: u32 = v.trim().parse().map_err(|_| format!("`{}` is not a count", v))?;
+            if r > 100 {
+                return Err(format!("`{}` is more than 100 attempts", v));
+            }
+            c.retries = r;
+            Ok(())
+        },
+    },
+    Key {
+        name: "warmup",
+        default: "0",
+        help: "Bytes to reserve in 256 MiB segments at first use, before the model loads.",
+        set: |c, v| parse_size(v).map(|b| c.warmup = b),
+    },
+    Key {
+        name: "log",
+        default: "warn",
+        help: "Log level on stderr: error, warn, info, debug or trace.",
+        set: |c, v| {
+            let l = v.trim().to_ascii_lowercase();
+            match l.as_str() {
+                "error" | "warn" | "info" | "debug" | "trace" | "off" => {
+                    c.log = l;
+                    Ok(())
+                }
+                _ => Err(format!("`{}` is not a level (error, warn, info, debug, trace, off)", v)),
+            }
+        },
+    },
+    Key {
+        name: "log_file",
+        default: "none",
+        help: "Also append the log to this file (for programs without a console).",
+        set: |c, v| {
+            c.log_file = optional_text(v);
+            Ok(())
+        },
+    },
+    Key {
+        name: "stats",
+        default: "0",
+        help: "Print the per-device stats table at exit (1 or 0).",
+        set: |c, v| parse_bool(v).map(|b| c.stats = b),
+    },
+    Key {
+        name: "disable",
+        default: "0",
+        help: "Pass every call straight to the runtime, untouched (1 or 0).",
+        set: |c, v| parse_bool(v).map(|b| c.disable = b),
+    },
+    Key {
+        name: "trace",
+        default: "none",
+        help: "Record every hooked call to this file, RMM CSV (.gz to compress); %p becomes the process id.",
+        set: |c, v| {
+            c.trace = optional_text(v);
+            Ok(())
+        },
+    },
+    Key {
+        name: "uma",
+        default: "auto",
+        help: "Unified-memory view for integrated GPUs: auto (integrated devices only), 1 or 0.",
+        set: |c, v| {
+            c.uma = match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => UmaMode::Auto,
+                other => {
+                    if parse_bool(other)? {
+                        UmaMode::On
+                    } else {
+                        UmaMode::Off
+                    }
+                }
+            };
+            Ok(())
+        },
+    },
+    Key {
+        name: "host_reserve",
+        default: "10%",
+        help: "Host memory kept for the system in unified-memory mode: bytes or a share of RAM.",
+        set: |c, v| Limit::parse(v).map(|l| c.host_reserve = l),
+    },
+];
+
+fn optional_text(v: &str) -> Option<String> {
+    match v.trim() {
+        "" | "none" => None,
+        t => Some(t.to_string()),
+    }
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        let mut c = Config {
+            vram_limit: None,
+            headroom: 0,
+            trim_threshold: 0.8,
+            max_split: None,
+            retries: 0,
+            warmup: 0,
+            log: String::new(),
+            log_file: None,
+            stats: false,
+            disable: false,
+            trace: None,
+            uma: UmaMode::Auto,
+            host_reserve: Limit::Percent(10.0),
+        };
+        for key in KEYS {
+            (key.set)(&mut c, key.default).expect("every default in KEYS parses");
+        }
+        c
+    }
+}
+
+impl Config {
+    /// Reads the configuration from `(name, value)` pairs such as `std::env::vars()`. Returns it
+    /// with one warning per bad value or unknown `ROCMGUARD_` name; bad values keep the default.
+    /// `ROCMGUARD_CONF` is applied first, so a variable of its own wins over the line.
+    pub fn from_vars<I, K, V>(vars: I) -> (Config, Vec<String>)
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut config = Config::default();
+        let mut warnings = Vec::new();
+        let mut singles = Vec::new();
+        for (k, v) in vars {
+            let (k, v) = (k.as_ref(), v.as_ref());
+            if k == "ROCMGUARD_CONF" {
+                for item in v.split(',').filter(|s| !s.trim().is_empty()) {
+                    let mut parts = item.splitn(2, |c| c == ':' || c == '=');
+                    let name = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+                    match parts.next() {
+                        Some(value) => config.apply(&name, value, "ROCMGUARD_CONF", &mut warnings),
+                        None => warnings.push(format!(
+                            "rocmguard: ROCMGUARD_CONF item `{}` has no value (write name:value); ignored",
+                            item.trim()
+                        )),
+                    }
+                }
+            } else if let Some(name) = k.strip_prefix("ROCMGUARD_") {
+                singles.push((name.to_ascii_lowercase(), v.to_string(), k.to_string()));
+            }
+        }
+        for (name, value, var) in singles {
+            config.apply(&name, &value, &var, &mut warnings);
+        }
+        (config, warnings)
+    }
+
+    /// Sets one key by name; a bad name or value adds a warning and changes nothing.
+    pub fn apply(&mut self, name: &str, value: &str, origin: &str, warnings: &mut Vec<String>) {
+        match KEYS.iter().find(|k| k.name == name) {
+            Some(key) => {
+                if let Err(why) = (key.set)(self, value) {
+                    warnings.push(format!(
+                        "rocmguard: {} {}={}: {}; using the default {}",
+                        origin, key.name, value, why, key.default
+                    ));
+                }
+            }
+            None if is_foreign(name) => {}
+            None => warnings.push(format!(
+                "rocmguard: {} names unknown key `{}`; known keys: {}",
+                origin,
+                name,
+                KEYS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+
+    /// The cap in bytes for a device of `total` bytes.
+    pub fn cap_for(&self, total: u64) -> u64 {
+        self.vram_limit
+            .map_or(total, |l| l.resolve(total).min(total))
+    }
+
+    /// One line for the log at first use.
+    pub fn summary(&self) -> String {
+        let cap = self
+            .vram_limit
+            .map_or_else(|| "none".to_string(), |l| l.to_string());
+        format!(
+            "cap {} | headroom {} | trim at {:.0}% | max split {} | retries {}",
+            cap,
+            format_size(self.headroom),
+            self.trim_threshold * 100.0,
+            self.max_split
+                .map_or_else(|| "none".to_string(), format_size),
+            self.retries
+        )
+    }
+}
+
+/// `ROCMGUARD_` variables that are not pool settings: read by the launcher, the preload's
+/// bookkeeping or the simulator, so they must not be reported as typos.
+fn is_foreign(name: &str) -> bool {
+    matches!(name, "conf" | "lib" | "active" | "profile")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_come_from_the_table() {
+        let c = Config::default();
+        assert_eq!(c.vram_limit, None);
+        assert_eq!(c.trim_threshold, 0.8);
+        assert_eq!(c.retries, 3);
+        assert_eq!(c.log, "warn");
+        assert!(!c.disable);
+    }
+
+    #[test]
+    fn variables_and_the_conf_line() {
+        let (c, w) = Config::from_vars(vec![
+            (
+                "ROCMGUARD_CONF",
+                "vram_limit:20GiB,trim_threshold:0.7,max_split:64MiB",
+            ),
+            ("ROCMGUARD_TRIM_THRESHOLD", "0.9"),
+            ("HOME", "/root"),
+        ]);
+        assert!(w.is_empty(), "{:?}", w);
+        assert_eq!(c.vram_limit, Some(Limit::Bytes(20 << 30)));
+        assert_eq!(
+            c.trim_threshold, 0.9,
+            "a variable of its own wins over the line"
+        );
+        assert_eq!(c.max_split, Some(64 << 20));
+        let (c, _) = Config::from_vars(vec![("ROCMGUARD_VRAM_LIMIT", "85%")]);
+        assert_eq!(c.cap_for(100 << 30), 85 << 30);
+        assert_eq!(c.cap_for(1000), 850);
+    }
+
+    #[test]
+    fn bad_values_warn_once_and_keep_defaults() {
+        let (c, w) = Config::from_vars(vec![
+            ("ROCMGUARD_TRIM_THRESHOLD", "lots"),
+            ("ROCMGUARD_VRAM_LIMIT", "20XB"),
+            ("ROCMGUARD_VRAM_LIMT", "1G"),
+        ]);
+        assert_eq!(c, Config::default());
+        assert_eq!(w.len(), 3, "{:?}", w);
+        assert!(
+            w[0].contains("ROCMGUARD_TRIM_THRESHOLD") || w[1].contains("ROCMGUARD_TRIM_THRESHOLD")
+        );
+        assert!(w
+            .iter()
+            .any(|m| m.contains("lots") && m.contains("default 0.8")));
+        assert!(w
+            .iter()
+            .any(|m| m.contains("vram_limt") && m.contains("vram_limit")));
+    }
+}

@@ -1,0 +1,182 @@
+//! Free blocks by size: a two-level segregated fit index (TLSF) over the pool's block arena, so
+//! finding a block, taking it and putting it back are O(1) with a few bit scans.
+//!
+//! Sizes are counted in granules (256 bytes). The first level is the power of two, the second
+//! splits each power into 16 classes, so a block found for a request wastes at most 1/16 of it
+//! before the split returns the rest.
+
+use crate::pool::{Block, NIL};
+
+const SL_BITS: u32 = 4;
+const SL: usize = 1 << SL_BITS;
+/// Enough first-level classes for 2^48 bytes in 256-byte granules.
+const FL: usize = 41;
+
+/// Class that a free block of `granules` belongs to (rounding down).
+fn class_of(granules: u64) -> usize {
+    if granules < SL as u64 {
+        return granules as usize;
+    }
+    let msb = 63 - granules.leading_zeros();
+    let fl = (msb - SL_BITS + 1) as usize;
+    let sl = ((granules >> (msb - SL_BITS)) as usize) & (SL - 1);
+    (fl * SL + sl).min(FL * SL - 1)
+}
+
+/// First class whose every block holds `granules` (rounding up).
+fn class_above(granules: u64) -> usize {
+    if granules < SL as u64 {
+        return granules as usize;
+    }
+    let msb = 63 - granules.leading_zeros();
+    class_of(granules + (1u64 << (msb - SL_BITS)) - 1)
+}
+
+pub struct FreeIndex {
+    fl_map: u64,
+    sl_map: [u16; FL],
+    heads: Vec<u32>,
+}
+
+impl FreeIndex {
+    pub fn new() -> FreeIndex {
+        FreeIndex {
+            fl_map: 0,
+            sl_map: [0; FL],
+            heads: vec![NIL; FL * SL],
+        }
+    }
+
+    pub fn insert(&mut self, blocks: &mut [Block], i: u32) {
+        let class = class_of(blocks[i as usize].size >> 8);
+        let head = self.heads[class];
+        blocks[i as usize].link_prev = NIL;
+        blocks[i as usize].link_next = head;
+        if head != NIL {
+            blocks[head as usize].link_prev = i;
+        }
+        self.heads[class] = i;
+        self.fl_map |= 1 << (class / SL);
+        self.sl_map[class / SL] |= 1 << (class % SL);
+    }
+
+    pub fn remove(&mut self, blocks: &mut [Block], i: u32) {
+        let (prev, next) = (blocks[i as usize].link_prev, blocks[i as usize].link_next);
+        if prev != NIL {
+            blocks[prev as usize].link_next = next;
+        } else {
+            let class = class_of(blocks[i as usize].size >> 8);
+            self.heads[class] = next;
+            if next == NIL {
+                self.sl_map[class / SL] &= !(1 << (class % SL));
+                if self.sl_map[class / SL] == 0 {
+                    self.fl_map &= !(1 << (class / SL));
+                }
+            }
+        }
+        if next != NIL {
+            blocks[next as usize].link_prev = prev;
+        }
+    }
+
+    /// A free block of at least `size` bytes for which `accept` holds, close to the smallest:
+    /// a short scan of the request's own class (where blocks may be smaller or larger), then
+    /// the first block of the next non-empty class, which always fits.
+    pub fn find(
+        &self,
+        blocks: &[Block],
+        size: u64,
+        accept: impl Fn(&Block) -> bool,
+    ) -> Option<u32> {
+        let granules = size >> 8;
+        let own = class_of(granules);
+        let mut best = NIL;
+        let mut i = self.heads[own];
+        let mut scanned = 0;
+        while i != NIL && scanned < 8 {
+            let b = &blocks[i as usize];
+            if b.size >= size && accept(b) && (best == NIL || b.size < blocks[best as usize].size) {
+                best = i;
+            }
+            i = b.link_next;
+            scanned += 1;
+        }
+        if best != NIL {
+            return Some(best);
+        }
+        let mut class = class_above(granules);
+        if class == own {
+            class += 1;
+        }
+        while class < FL * SL {
+            let found = self.first_at_or_above(class)?;
+            let head = self.heads[found];
+            if accept(&blocks[head as usize]) {
+                return Some(head);
+            }
+            class = found + 1;
+        }
+        None
+    }
+
+    fn first_at_or_above(&self, class: usize) -> Option<usize> {
+        let (fl, sl) = (class / SL, class % SL);
+        let sl_here = self.sl_map[fl] as u32 & (!0u32 << sl);
+        if sl_here != 0 {
+            return Some(fl * SL + sl_here.trailing_zeros() as usize);
+        }
+        let fl_above = if fl + 1 >= 64 {
+            0
+        } else {
+            self.fl_map & (!0u64 << (fl + 1))
+        };
+        if fl_above == 0 {
+            return None;
+        }
+        let fl = fl_above.trailing_zeros() as usize;
+        Some(fl * SL + (self.sl_map[fl] as u32).trailing_zeros() as usize)
+    }
+
+    /// The largest free block's size (scans the top class only).
+    pub fn largest(&self, blocks: &[Block]) -> u64 {
+        if self.fl_map == 0 {
+            return 0;
+        }
+        let fl = 63 - self.fl_map.leading_zeros() as usize;
+        let sl = 31 - (self.sl_map[fl] as u32).leading_zeros() as usize;
+        let mut i = self.heads[fl * SL + sl];
+        let mut largest = 0;
+        while i != NIL {
+            largest = largest.max(blocks[i as usize].size);
+            i = blocks[i as usize].link_next;
+        }
+        largest
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_are_monotonic_and_round_up_fits() {
+        let mut smallest = vec![u64::MAX; FL * SL];
+        let mut last = 0;
+        for g in 1..200_000u64 {
+            let c = class_of(g);
+            assert!(c >= last, "class_of must not decrease");
+            last = c;
+            smallest[c] = smallest[c].min(g);
+        }
+        for g in 1..100_000u64 {
+            let up = class_above(g);
+            assert!(up >= class_of(g));
+            assert!(
+                smallest[up] >= g,
+                "a block of class {} may be smaller than {}",
+                up,
+                g
+            );
+        }
+    }
+}

@@ -1,0 +1,653 @@
+//! The pool: device memory taken from a [`DeviceSource`] in 2 MiB-multiple segments and handed
+//! out as 256-byte-aligned blocks, with a cap, headroom, trimming and retry on out-of-memory.
+//!
+//! All bookkeeping is on the host (an arena of block records keyed by device address); device
+//! memory is never touched. One mutex guards a pool; a request the pool can serve takes it once
+//! and makes no system call.
+//!
+//! Reuse is safe the way `hipFree` is: a freed block waits in quarantine until a device
+//! synchronize that began after its free has completed, so work queued before the free can no
+//! longer touch it. The pool synchronizes only when a request cannot be served otherwise, once
+//! for the whole quarantine, and never while the source says a synchronize would do harm.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::hash::AddrMap;
+use crate::index::FreeIndex;
+use crate::source::{DeviceSource, SourceError};
+use crate::stats::Stats;
+
+/// Every block starts and ends on this boundary.
+pub const GRANULE: u64 = 256;
+/// Segments are multiples of this.
+pub const SEGMENT: u64 = 2 << 20;
+/// Requests up to this size share 2 MiB segments of their own (the small pool).
+pub const SMALL_REQUEST: u64 = 1 << 20;
+/// Requests up to this size get a segment of [`MEDIUM_SEGMENT`] so the next few land in it too.
+pub const MEDIUM_REQUEST: u64 = 10 << 20;
+pub const MEDIUM_SEGMENT: u64 = 20 << 20;
+/// Warm-up reserves in segments of this size.
+pub const WARMUP_SEGMENT: u64 = 256 << 20;
+/// A block of `max_split` or more serves a request only if it wastes at most this much.
+const OVERSIZE_SLACK: u64 = 20 << 20;
+
+pub(crate) const NIL: u32 = u32::MAX;
+
+fn round_up(n: u64, to: u64) -> u64 {
+    n.checked_add(to - 1)
+        .map_or(u64::MAX / to * to, |m| m / to * to)
+}
+
+/// The pool's knobs, resolved for one device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolOptions {
+    pub cap: u64,
+    pub headroom: u64,
+    pub trim_threshold: f64,
+    pub max_split: Option<u64>,
+    pub retries: u32,
+    pub warmup: u64,
+    /// Backoff before retry n is n times this, so frees from other threads can land.
+    pub backoff: Duration,
+}
+
+impl PoolOptions {
+    /// The options for a device of `total` bytes.
+    pub fn from_config(config: &Config, total: u64) -> PoolOptions {
+        PoolOptions {
+            cap: config.cap_for(total),
+            headroom: config.headroom,
+            trim_threshold: config.trim_threshold,
+            max_split: config.max_split,
+            retries: config.retries,
+            warmup: config.warmup,
+            backoff: Duration::from_millis(1),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// The cap or the headroom forbids it; the device was not asked.
+    OverCap,
+    /// The device refused, after the retries where it was out of memory; its own code.
+    Source(SourceError),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BlockState {
+    Free,
+    Live,
+    Quarantined,
+    Vacant,
+}
+
+/// One block of a segment. Blocks of a segment tile it exactly, in address order through
+/// `prev`/`next`; free ones are also linked into their size class through `link_*`.
+#[derive(Clone, Debug)]
+pub(crate) struct Block {
+    pub addr: u64,
+    pub size: u64,
+    /// What the program asked for (live blocks only); `size` is it rounded up.
+    pub requested: u64,
+    pub seg: u32,
+    pub prev: u32,
+    pub next: u32,
+    pub link_prev: u32,
+    pub link_next: u32,
+    pub state: BlockState,
+}
+
+struct Segment {
+    addr: u64,
+    size: u64,
+    small: bool,
+    /// Order of creation: trims release the oldest first.
+    birth: u64,
+    first: u32,
+}
+
+struct State {
+    blocks: Vec<Block>,
+    vacant_blocks: Vec<u32>,
+    segments: Vec<Option<Segment>>,
+    vacant_segments: Vec<u32>,
+    /// [small, large].
+    index: [FreeIndex; 2],
+    live: AddrMap<u32>,
+    /// Freed blocks in order of their free, each with its sequence number.
+    quarantine: VecDeque<(u64, u32)>,
+    next_free_seq: u64,
+    births: u64,
+    warmed: bool,
+    stats: Stats,
+}
+
+pub struct Pool<S: DeviceSource> {
+    source: S,
+    options: PoolOptions,
+    state: Mutex<State>,
+}
+
+impl<S: DeviceSource> Pool<S> {
+    pub fn new(source: S, options: PoolOptions) -> Pool<S> {
+        let stats = Stats {
+            cap: options.cap,
+            ..Stats::default()
+        };
+        Pool {
+            source,
+            options,
+            state: Mutex::new(State {
+                blocks: Vec::new(),
+                vacant_blocks: Vec::new(),
+                segments: Vec::new(),
+                vacant_segments: Vec::new(),
+                index: [FreeIndex::new(), FreeIndex::new()],
+                live: AddrMap::default(),
+                quarantine: VecDeque::new(),
+                next_free_seq: 0,
+                births: 0,
+                warmed: false,
+                stats,
+            }),
+        }
+    }
+
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    pub fn options(&self) -> &PoolOptions {
+        &self.options
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere never leaves the state half-changed in a way that matters more than
+        // losing the pool, and the hooks run with panic = abort; keep serving.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A block of at least `size` bytes, 256-byte aligned. The retry loop: serve from the pool;
+    /// else reuse quarantined blocks after one synchronize; else grow from the device; on the
+    /// device's out-of-memory trim everything cached, synchronize, back off and try again.
+    pub fn alloc(&self, size: u64) -> Result<u64, AllocError> {
+        let rounded = round_up(size.max(1), GRANULE);
+        let mut attempt = 0;
+        let mut synced = false;
+        let mut st = self.lock();
+        if !st.warmed {
+            st.warmed = true;
+            self.warm_up(&mut st);
+        }
+        loop {
+            if st.live_total() + rounded > self.options.cap
+                || rounded == u64::MAX / GRANULE * GRANULE
+            {
+                st.stats.ooms += 1;
+                return Err(AllocError::OverCap);
+            }
+            // Quarantined blocks may fit far better than what is free now; a poor fit that a
+            // synchronize could avoid splits blocks that later requests need whole.
+            let quarantine_helps =
+                !synced && st.stats.quarantined >= rounded && self.source.may_synchronize();
+            if let Some(addr) = st.serve(rounded, size, self.options.max_split, quarantine_helps) {
+                st.stats.pool_hits += 1;
+                return Ok(addr);
+            }
+            if quarantine_helps {
+                synced = true;
+                st = self.synchronize_and_release(st);
+                continue;
+            }
+            match self.grow(&mut st, rounded) {
+                Ok(()) => continue,
+                Err(e) if attempt < self.options.retries && is_retryable(e) => {
+                    attempt += 1;
+                    st.stats.retries += 1;
+                    self.trim_locked(&mut st, 0);
+                    st = self.synchronize_and_release(st);
+                    drop(st);
+                    std::thread::sleep(self.options.backoff * attempt);
+                    st = self.lock();
+                }
+                Err(e) => {
+                    st.stats.ooms += 1;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Takes back a block. `None` when `addr` is not a live block of this pool (the caller
+    /// passes it on to the runtime). Returns the size the program asked for.
+    pub fn free(&self, addr: u64) -> Option<u64> {
+        let mut st = self.lock();
+        let i = st.live.remove(&addr)?;
+        let seq = st.next_free_seq;
+        st.next_free_seq += 1;
+        let b = &mut st.blocks[i as usize];
+        b.state = BlockState::Quarantined;
+        let (requested, size) = (b.requested, b.size);
+        st.quarantine.push_back((seq, i));
+        st.stats.quarantined += size;
+        st.stats.live -= requested;
+        st.stats.frees += 1;
+        Some(requested)
+    }
+
+    /// Size the program asked for, if `addr` is a live block of this pool.
+    pub fn live_size(&self, addr: u64) -> Option<u64> {
+        let st = self.lock();
+        st.live.get(&addr).map(|&i| st.blocks[i as usize].requested)
+    }
+
+    /// A mark for [`Pool::synchronized`]: blocks freed before it become reusable once a device
+    /// synchronize that started after the mark has completed.
+    pub fn quarantine_mark(&self) -> u64 {
+        self.lock().next_free_seq
+    }
+
+    /// Tells the pool that a device synchronize started after `mark` has completed (the program's
+    /// own `hipDeviceSynchronize`, say), so blocks freed before the mark are free again.
+    pub fn synchronized(&self, mark: u64) {
+        let mut st = self.lock();
+        self.release_quarantine(&mut st, mark);
+    }
+
+    /// Returns whole free segments to the device, oldest first, until at most
+    /// `min_bytes_to_hold` stay reserved. Returns the bytes released.
+    pub fn trim_to(&self, min_bytes_to_hold: u64) -> u64 {
+        let mut st = self.lock();
+        self.trim_locked(&mut st, min_bytes_to_hold)
+    }
+
+    /// Counts `bytes` the program holds outside the pool against the cap.
+    pub fn charge(&self, bytes: u64) -> Result<(), AllocError> {
+        let mut st = self.lock();
+        if st.live_total() + bytes > self.options.cap {
+            st.stats.ooms += 1;
+            return Err(AllocError::OverCap);
+        }
+        let over = (st.stats.reserved + st.stats.external + bytes).saturating_sub(self.options.cap);
+        if over > 0 {
+            let keep = st.stats.reserved.saturating_sub(over);
+            self.trim_locked(&mut st, keep);
+        }
+        st.stats.external += bytes;
+        Ok(())
+    }
+
+    pub fn uncharge(&self, bytes: u64) {
+        let mut st = self.lock();
+        st.stats.external = st.stats.external.saturating_sub(bytes);
+    }
+
+    /// `(free, total)` as the program should see them: total is the cap; free is what the cap
+    /// still allows, never more than the device has free plus what the pool caches.
+    pub fn view(&self, device_free: u64) -> (u64, u64) {
+        let st = self.lock();
+        let by_cap = self.options.cap.saturating_sub(st.live_total());
+        let cached = st.stats.reserved - st.stats.live.min(st.stats.reserved);
+        (
+            by_cap.min(device_free.saturating_add(cached)),
+            self.options.cap,
+        )
+    }
+
+    pub fn stats(&self) -> Stats {
+        let st = self.lock();
+        let mut s = st.stats;
+        s.largest_free = st.index[0]
+            .largest(&st.blocks)
+            .max(st.index[1].largest(&st.blocks));
+        s
+    }
+
+    /// Forgets every block and segment without touching the device: after a device reset the
+    /// memory is gone already.
+    pub fn forget_all(&self) {
+        let mut st = self.lock();
+        let stats = Stats {
+            cap: st.stats.cap,
+            peak_live: st.stats.peak_live,
+            peak_reserved: st.stats.peak_reserved,
+            external: 0,
+            ..st.stats
+        };
+        *st = State {
+            blocks: Vec::new(),
+            vacant_blocks: Vec::new(),
+            segments: Vec::new(),
+            vacant_segments: Vec::new(),
+            index: [FreeIndex::new(), FreeIndex::new()],
+            live: AddrMap::default(),
+            quarantine: VecDeque::new(),
+            next_free_seq: st.next_free_seq,
+            births: st.births,
+            warmed: true,
+            stats: Stats {
+                live: 0,
+                reserved: 0,
+                quarantined: 0,
+                ..stats
+            },
+        };
+    }
+
+    fn synchronize_and_release<'a>(&'a self, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        if !self.source.may_synchronize() {
+            return st;
+        }
+        let mut st = st;
+        let mark = st.next_free_seq;
+        st.stats.syncs += 1;
+        drop(st);
+        let synced = self.source.synchronize().is_ok();
+        let mut st = self.lock();
+        if synced {
+            self.release_quarantine(&mut st, mark);
+        }
+        st
+    }
+
+    fn release_quarantine(&self, st: &mut State, mark: u64) {
+        let mut emptied = false;
+        while let Some(&(seq, i)) = st.quarantine.front() {
+            if seq >= mark {
+                break;
+            }
+            st.quarantine.pop_front();
+            st.stats.quarantined -= st.blocks[i as usize].size;
+            emptied |= st.release_block(i);
+        }
+        if emptied {
+            let threshold = (self.options.trim_threshold * self.options.cap as f64) as u64;
+            if st.stats.reserved + st.stats.external > threshold {
+                let keep = threshold.saturating_sub(st.stats.external);
+                self.trim_locked(st, keep);
+            }
+        }
+    }
+
+    /// Adds a segment that can serve `rounded` bytes, within cap, headroom and threshold.
+    fn grow(&self, st: &mut State, rounded: u64) -> Result<(), AllocError> {
+        let small = rounded <= SMALL_REQUEST;
+        let minimal = round_up(rounded, SEGMENT);
+        let preferred = if small {
+            SEGMENT
+        } else if rounded <= MEDIUM_REQUEST {
+            MEDIUM_SEGMENT
+        } else {
+            minimal
+        };
+        let cap = self.options.cap;
+        let threshold = (self.options.trim_threshold * cap as f64) as u64;
+        // Cached segments that could not serve this request go back first where keeping them
+        // would set a new peak, pass the trim threshold or the cap.
+        let limit = st
+            .stats
+            .peak_reserved
+            .max(minimal)
+            .min(threshold.max(minimal))
+            .min(cap);
+        if st.stats.reserved + st.stats.external + preferred > limit {
+            let keep = limit.saturating_sub(st.stats.external + preferred);
+            self.trim_locked(st, keep);
+        }
+        let room = cap.saturating_sub(st.stats.reserved + st.stats.external);
+        let mut size = if preferred <= room {
+            preferred
+        } else {
+            minimal
+        };
+        if size > room {
+            return Err(AllocError::OverCap);
+        }
+        if self.options.headroom > 0 {
+            let (free, _) = self.source.mem_info().map_err(AllocError::Source)?;
+            if free < minimal + self.options.headroom {
+                return Err(AllocError::OverCap);
+            }
+            if free < size + self.options.headroom {
+                size = minimal;
+            }
+        }
+        let addr = match self.source.alloc(size) {
+            Ok(a) => a,
+            Err(e) if e.out_of_memory && size > minimal => {
+                size = minimal;
+                self.source.alloc(size).map_err(AllocError::Source)?
+            }
+            Err(e) => return Err(AllocError::Source(e)),
+        };
+        st.add_segment(addr, size, small);
+        Ok(())
+    }
+
+    fn warm_up(&self, st: &mut State) {
+        let mut left = self.options.warmup.min(self.options.cap);
+        while left > 0 {
+            let size = round_up(left.min(WARMUP_SEGMENT), SEGMENT);
+            match self.source.alloc(size) {
+                Ok(addr) => st.add_segment(addr, size, false),
+                Err(_) => break,
+            }
+            left = left.saturating_sub(size);
+        }
+    }
+
+    fn trim_locked(&self, st: &mut State, keep: u64) -> u64 {
+        if st.stats.reserved <= keep {
+            return 0;
+        }
+        let mut empty: Vec<(u64, u32)> = st
+            .segments
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+            .filter(|(_, s)| {
+                let b = &st.blocks[s.first as usize];
+                b.state == BlockState::Free && b.size == s.size
+            })
+            .map(|(i, s)| (s.birth, i as u32))
+            .collect();
+        empty.sort_unstable();
+        let mut released = 0;
+        for (_, seg) in empty {
+            if st.stats.reserved <= keep {
+                break;
+            }
+            let (addr, size) = st.remove_segment(seg);
+            if self.source.free(addr, size).is_err() {
+                // The device refused the memory back; it is no longer ours to hand out either.
+            }
+            st.stats.source_frees += 1;
+            st.stats.trims += 1;
+            released += size;
+        }
+        released
+    }
+}
+
+fn is_retryable(e: AllocError) -> bool {
+    match e {
+        AllocError::OverCap => true,
+        AllocError::Source(s) => s.out_of_memory,
+    }
+}
+
+impl State {
+    /// Live bytes counted against the cap: the pool's blocks in use and external charges.
+    fn live_total(&self) -> u64 {
+        self.stats.live + self.stats.external
+    }
+
+    fn new_block(&mut self, b: Block) -> u32 {
+        match self.vacant_blocks.pop() {
+            Some(i) => {
+                self.blocks[i as usize] = b;
+                i
+            }
+            None => {
+                self.blocks.push(b);
+                (self.blocks.len() - 1) as u32
+            }
+        }
+    }
+
+    fn vacate(&mut self, i: u32) {
+        self.blocks[i as usize].state = BlockState::Vacant;
+        self.vacant_blocks.push(i);
+    }
+
+    fn kind(&self, i: u32) -> usize {
+        let seg = self.blocks[i as usize].seg as usize;
+        match &self.segments[seg] {
+            Some(s) if s.small => 0,
+            _ => 1,
+        }
+    }
+
+    /// Takes a free block for `rounded` bytes; with `close_fit`, only one that wastes at most an
+    /// eighth of a large request.
+    fn serve(
+        &mut self,
+        rounded: u64,
+        requested: u64,
+        max_split: Option<u64>,
+        close_fit: bool,
+    ) -> Option<u64> {
+        let kind = if rounded <= SMALL_REQUEST { 0 } else { 1 };
+        let oversize = max_split.unwrap_or(u64::MAX);
+        let slack = if close_fit && kind == 1 {
+            rounded / 8
+        } else {
+            u64::MAX
+        };
+        let i = self.index[kind].find(&self.blocks, rounded, |b| {
+            (b.size < oversize || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
+                && b.size - rounded <= slack
+        })?;
+        self.index[kind].remove(&mut self.blocks, i);
+        let (addr, size, seg, next) = {
+            let b = &self.blocks[i as usize];
+            (b.addr, b.size, b.seg, b.next)
+        };
+        if size - rounded >= GRANULE && size < oversize {
+            let rest = self.new_block(Block {
+                addr: addr + rounded,
+                size: size - rounded,
+                requested: 0,
+                seg,
+                prev: i,
+                next,
+                link_prev: NIL,
+                link_next: NIL,
+                state: BlockState::Free,
+            });
+            if next != NIL {
+                self.blocks[next as usize].prev = rest;
+            }
+            let b = &mut self.blocks[i as usize];
+            b.next = rest;
+            b.size = rounded;
+            self.index[kind].insert(&mut self.blocks, rest);
+        }
+        let b = &mut self.blocks[i as usize];
+        b.state = BlockState::Live;
+        b.requested = requested;
+        self.live.insert(addr, i);
+        let s = &mut self.stats;
+        s.live += requested;
+        s.peak_live = s.peak_live.max(s.live);
+        s.allocs += 1;
+        Some(addr)
+    }
+
+    /// Marks a quarantined block free and merges it with free neighbours. Returns whether its
+    /// segment is now wholly free.
+    fn release_block(&mut self, mut i: u32) -> bool {
+        let kind = self.kind(i);
+        self.blocks[i as usize].state = BlockState::Free;
+        let prev = self.blocks[i as usize].prev;
+        if prev != NIL && self.blocks[prev as usize].state == BlockState::Free {
+            self.index[kind].remove(&mut self.blocks, prev);
+            self.merge_into(prev, i);
+            i = prev;
+        }
+        let next = self.blocks[i as usize].next;
+        if next != NIL && self.blocks[next as usize].state == BlockState::Free {
+            self.index[kind].remove(&mut self.blocks, next);
+            self.merge_into(i, next);
+        }
+        self.index[kind].insert(&mut self.blocks, i);
+        let b = &self.blocks[i as usize];
+        b.prev == NIL && b.next == NIL
+    }
+
+    /// Appends `right` (the next block in address order) to `left` and drops `right`.
+    fn merge_into(&mut self, left: u32, right: u32) {
+        let (size, next) = {
+            let r = &self.blocks[right as usize];
+            (r.size, r.next)
+        };
+        let l = &mut self.blocks[left as usize];
+        l.size += size;
+        l.next = next;
+        if next != NIL {
+            self.blocks[next as usize].prev = left;
+        }
+        self.vacate(right);
+    }
+
+    fn add_segment(&mut self, addr: u64, size: u64, small: bool) {
+        let seg = match self.vacant_segments.pop() {
+            Some(s) => s,
+            None => {
+                self.segments.push(None);
+                (self.segments.len() - 1) as u32
+            }
+        };
+        let first = self.new_block(Block {
+            addr,
+            size,
+            requested: 0,
+            seg,
+            prev: NIL,
+            next: NIL,
+            link_prev: NIL,
+            link_next: NIL,
+            state: BlockState::Free,
+        });
+        self.births += 1;
+        self.segments[seg as usize] = Some(Segment {
+            addr,
+            size,
+            small,
+            birth: self.births,
+            first,
+        });
+        self.index[if small { 0 } else { 1 }].insert(&mut self.blocks, first);
+        let s = &mut self.stats;
+        s.reserved += size;
+        s.peak_reserved = s.peak_reserved.max(s.reserved);
+        s.source_allocs += 1;
+    }
+
+    /// Unlinks a wholly free segment; returns its address and size for the device.
+    fn remove_segment(&mut self, seg: u32) -> (u64, u64) {
+        let s = self.segments[seg as usize]
+            .take()
+            .expect("trim only picks existing segments");
+        let kind = if s.small { 0 } else { 1 };
+        self.index[kind].remove(&mut self.blocks, s.first);
+        self.vacate(s.first);
+        self.vacant_segments.push(seg);
+        self.stats.reserved -= s.size;
+        (s.addr, s.size)
+    }
+}

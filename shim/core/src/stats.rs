@@ -1,0 +1,91 @@
+//! Per-device figures: current, peak and total, as mimalloc reports them.
+
+use crate::size::format_size;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Bytes the program asked for and still holds from the pool.
+    pub live: u64,
+    pub peak_live: u64,
+    /// Bytes the pool holds from the device (segments).
+    pub reserved: u64,
+    pub peak_reserved: u64,
+    /// Bytes the program holds outside the pool (managed, async, flagged) counted against the cap.
+    pub external: u64,
+    /// Freed blocks waiting for a device synchronize before they can be handed out again.
+    pub quarantined: u64,
+    pub cap: u64,
+    pub allocs: u64,
+    pub frees: u64,
+    /// Allocations served without calling the device.
+    pub pool_hits: u64,
+    pub source_allocs: u64,
+    pub source_frees: u64,
+    /// Synchronizes the pool asked for to reuse freed blocks or after an out-of-memory.
+    pub syncs: u64,
+    /// Segments released by a trim (threshold, explicit or out-of-memory).
+    pub trims: u64,
+    pub retries: u64,
+    pub ooms: u64,
+    pub largest_free: u64,
+}
+
+impl Stats {
+    /// 1 - live / reserved: the share of reserved memory that holds nothing.
+    pub fn fragmentation(&self) -> f64 {
+        if self.reserved == 0 {
+            0.0
+        } else {
+            1.0 - self.live as f64 / self.reserved as f64
+        }
+    }
+
+    /// One line for logs: `dev0 live 18.50 GiB | reserved 19.20 GiB (92.5% of 20.00 GiB cap) | ...`.
+    pub fn line(&self, device: i32) -> String {
+        format!(
+            "dev{} live {} | reserved {} ({:.1}% of {} cap) | cached {} | largest free {}",
+            device,
+            format_size(self.live),
+            format_size(self.reserved),
+            percent(self.reserved, self.cap),
+            format_size(self.cap),
+            format_size(self.reserved.saturating_sub(self.live)),
+            format_size(self.largest_free),
+        )
+    }
+
+    /// The table printed at exit and by `rocmguard stats`.
+    pub fn table(devices: &[(i32, Stats)]) -> String {
+        let mut out = String::from(
+            "device        live   peak live    reserved  peak resvd         cap   frag  allocs   hits  dev-allocs  dev-frees  trims  retries  ooms\n",
+        );
+        for (d, s) in devices {
+            out.push_str(&format!(
+                "dev{:<3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5.1}% {:>7} {:>6} {:>11} {:>10} {:>6} {:>8} {:>5}\n",
+                d,
+                format_size(s.live),
+                format_size(s.peak_live),
+                format_size(s.reserved),
+                format_size(s.peak_reserved),
+                format_size(s.cap),
+                s.fragmentation() * 100.0,
+                s.allocs,
+                s.pool_hits,
+                s.source_allocs,
+                s.source_frees,
+                s.trims,
+                s.retries,
+                s.ooms
+            ));
+        }
+        out
+    }
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
