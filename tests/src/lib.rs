@@ -1,1 +1,115 @@
-//! Shared helpers of the test suite.
+//! Shared helpers of the test suite: where the built artifacts are, compiling the C test
+//! programs, and running real processes under the preloaded shim and the simulated runtime.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// `target/release`, where `cargo build --release` put the libraries and the CLI.
+pub fn release_dir() -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+        .join("release");
+    assert!(
+        dir.join("librocmguard.so").exists(),
+        "{} has no librocmguard.so: run `cargo build --release` first (scripts/test.sh does)",
+        dir.display()
+    );
+    dir
+}
+
+pub fn shim_lib() -> PathBuf {
+    release_dir().join("librocmguard.so")
+}
+
+pub fn cli() -> PathBuf {
+    release_dir().join("rocmguard")
+}
+
+/// A folder holding the simulated runtime under the sonames programs look for
+/// (`libamdhip64.so.6`, `librocblas.so.4`), for `LD_LIBRARY_PATH`.
+pub fn sim_lib_dir() -> PathBuf {
+    let release = release_dir();
+    let dir = release.join("hipsim-lib");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (file, names) in [
+        ("libamdhip64.so", &["libamdhip64.so", "libamdhip64.so.6"][..]),
+        ("librocblas.so", &["librocblas.so", "librocblas.so.4"][..]),
+    ] {
+        for name in names {
+            let link = dir.join(name);
+            if std::fs::symlink_metadata(&link).is_err() {
+                // Another test may create it at the same moment; either link is the same.
+                let _ = std::os::unix::fs::symlink(release.join(file), &link);
+            }
+        }
+    }
+    dir
+}
+
+/// Compiles C sources from `tests/c` into an executable linked against the simulated runtime.
+/// `extra` adds compiler arguments (`-lrocblas`, `-ldl`, `-pthread`, ...).
+pub fn compile_c(name: &str, sources: &[&str], extra: &[&str]) -> PathBuf {
+    let out_dir = release_dir().join("c-tests");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join(name);
+    let c_dir = root().join("tests/c");
+    let libs = sim_lib_dir();
+    let mut cmd = Command::new("cc");
+    cmd.args(["-O1", "-g", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg("-I")
+        .arg(&c_dir);
+    for s in sources {
+        cmd.arg(c_dir.join(s));
+    }
+    cmd.arg("-L").arg(&libs).args(extra);
+    let out = cmd.output().expect("cc runs");
+    assert!(
+        out.status.success(),
+        "cc {:?} failed:\n{}",
+        sources,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// A command for `exe` on the simulated runtime, without the shim, with no `ROCMGUARD_*` or
+/// `HIPSIM_*` variable inherited from the caller.
+pub fn sim_command(exe: &Path) -> Command {
+    let mut cmd = Command::new(exe);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ROCMGUARD_") || k.starts_with("HIPSIM_") || k == "LD_PRELOAD" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("LD_LIBRARY_PATH", sim_lib_dir());
+    cmd
+}
+
+/// The same with `librocmguard.so` preloaded.
+pub fn guarded_command(exe: &Path) -> Command {
+    let mut cmd = sim_command(exe);
+    cmd.env("LD_PRELOAD", shim_lib());
+    cmd
+}
+
+/// Runs and returns the output, panicking with both streams if it could not start.
+pub fn output(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("{:?}: {}", cmd, e))
+}
+
+/// Stdout and stderr as text, for assertion messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

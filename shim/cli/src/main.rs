@@ -1,0 +1,52 @@
+//! `rocmguard`: the front door. Runs a program under the guard, replays allocation traces,
+//! checks the machine, and shows the live stats of guarded processes.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod doctor;
+mod replay;
+mod run;
+mod stats;
+
+#[derive(Parser)]
+#[command(
+    name = "rocmguard",
+    version,
+    about = "Keeps GPU programs alive on AMD ROCm: a device memory pool with a cap, trim and retry, preloaded into unmodified programs.",
+    after_help = "Configuration: every ROCMGUARD_* variable (see `rocmguard run --help` and the README) also works without the launcher:\n  LD_PRELOAD=/path/to/librocmguard.so python train.py"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a command with librocmguard.so preloaded (children inherit it).
+    Run(run::Args),
+    /// Replay allocation traces through several allocator policies and compare them.
+    Replay(replay::Args),
+    /// Check this machine's ROCm set-up and say what to fix.
+    Doctor(doctor::Args),
+    /// List guarded processes, or show one's per-device stats.
+    Stats(stats::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => run::exec(a),
+        Command::Replay(a) => replay::exec(a),
+        Command::Doctor(a) => doctor::exec(a),
+        Command::Stats(a) => stats::exec(a),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("rocmguard: {:#}", e);
+            ExitCode::from(2)
+        }
+    }
+}

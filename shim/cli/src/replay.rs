@@ -1,0 +1,8 @@
+//! `rocmguard replay`.
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn exec(_args: Args) -> anyhow::Result<u8> {
+    anyhow::bail!("`rocmguard replay` is not built yet")
+}

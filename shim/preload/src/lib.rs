@@ -1,0 +1,1 @@
+//! librocmguard.so
