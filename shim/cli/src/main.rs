@@ -5,10 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod doctor;
-mod replay;
-mod run;
-mod stats;
+use rocmguard_cli::{doctor, replay, run, stats};
 
 #[derive(Parser)]
 #[command(

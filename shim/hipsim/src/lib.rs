@@ -1,0 +1,1 @@
+//! hipsim: a simulated HIP runtime.

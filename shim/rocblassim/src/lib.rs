@@ -1,0 +1,1 @@
+//! rocblassim: a simulated rocBLAS.
