@@ -7,10 +7,12 @@ pub mod config;
 pub mod counting;
 mod hash;
 mod index;
+pub mod live;
 pub mod pool;
 pub mod size;
 pub mod source;
 pub mod stats;
+pub mod topology;
 
 pub use config::{Config, UmaMode, KEYS};
 pub use counting::CountingSource;
