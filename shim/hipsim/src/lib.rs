@@ -1,1 +1,48 @@
-//! hipsim: a simulated HIP runtime.
+//! hipsim: a simulated HIP runtime, built as `libamdhip64.so` (soname `libamdhip64.so.6`) so
+//! that programs linked against AMD's runtime run here without an AMD GPU. It is a simulator for
+//! testing rocmguard, not a GPU driver: "device" memory is host memory, kernels are the
+//! `hipsimLaunchFill` extra, and every message it prints says "hipsim (simulated HIP runtime)".
+//!
+//! What it models: per-device capacity and out-of-memory, the allocation and query calls with
+//! ROCm's argument checks and error codes, the implicit device synchronize of `hipFree`,
+//! streams with queued work, stream capture and what invalidates it, the sticky per-thread last
+//! error of ROCm 7, `hipGetProcAddress` resolving to its own exports, APU memory misreporting,
+//! injected faults, and versioned exports (`hip_4.2`, `hip_5.1`, ...) like the real library.
+//! Knobs are `HIPSIM_*` environment variables (see `config`).
+//!
+//! Layout: `api` holds the exports and nothing else; `state` the locked process state and
+//! counters; `memory` allocations and faults; `streams` streams, pools and capture; `work` the
+//! queue of simulated GPU work; `props` device properties; `error` codes and the last error;
+//! `sys` the Unix-specific parts (mmap, own-symbol lookup).
+
+/// Declares one exported HIP entry point and binds it to its ROCm version node with `.symver`
+/// (`build.rs` defines the nodes), so each export is written once and carries its version.
+macro_rules! hip_export {
+    (
+        $(#[$attr:meta])*
+        $version:literal fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $body:block
+    ) => {
+        $(#[$attr])*
+        ///
+        /// # Safety
+        /// A C entry point: pointer arguments must be valid as the HIP API documents them.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret $body
+
+        #[cfg(all(target_os = "linux", not(test)))]
+        core::arch::global_asm!(concat!(
+            ".symver ", stringify!($name), ", ", stringify!($name), "@@@", $version
+        ));
+    };
+}
+
+mod api;
+mod config;
+mod error;
+mod memory;
+mod props;
+mod state;
+mod streams;
+#[cfg(unix)]
+mod sys;
+mod work;
