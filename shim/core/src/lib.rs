@@ -12,6 +12,7 @@ pub mod pool;
 pub mod size;
 pub mod source;
 pub mod stats;
+pub mod trace;
 pub mod topology;
 
 pub use config::{Config, UmaMode, KEYS};
