@@ -7,7 +7,7 @@
 #include "hipsim.h"
 
 #define MIB (1u << 20)
-#define DELAY_US 300000u
+#define DELAY_US 500000u
 
 static struct hipsimCounters counters(void) {
     struct hipsimCounters c;

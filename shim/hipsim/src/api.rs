@@ -658,7 +658,8 @@ hip_export! {
 /// Simulator extra: queues a "kernel" on `stream` that, `delay_us` after the work queued before
 /// it, writes `value` to `bytes` bytes at `dst` on a background thread. `dst` must lie inside a
 /// live allocation when launched; if the memory is freed before the fill runs, the fill is
-/// dropped (counted in `dropped_fills`). On a capturing stream it is recorded only.
+/// dropped (counted in `dropped_fills`). On a capturing stream it is accepted and never run:
+/// the simulator keeps no graph to replay.
 ///
 /// # Safety
 /// A C entry point; `dst` is checked against the allocation table, never trusted.

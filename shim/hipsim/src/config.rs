@@ -24,7 +24,8 @@ pub struct Config {
     /// Total that memory queries report (`HIPSIM_REPORTED_VRAM`; only read when integrated;
     /// default the smaller of 15.49 GiB, what Strix Halo reports, and half of `vram`).
     pub reported_vram: u64,
-    /// 1-based numbers of allocation calls that fail (`HIPSIM_FAIL_NTH=3,7`).
+    /// 1-based numbers of allocation calls that fail (`HIPSIM_FAIL_NTH=3,7`), counted over
+    /// every allocating call that gets past its argument checks and asks for at least one byte.
     pub fail_nth: Vec<u64>,
     /// Probability that an allocation call fails (`HIPSIM_FAIL_PROB`, 0..=1).
     pub fail_prob: f64,
