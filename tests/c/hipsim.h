@@ -25,7 +25,8 @@ void hipsimCounters(struct hipsimCounters* out);
 
 /* A simulated kernel: delay_us after the work queued before it on `stream`, a background thread
  * memsets `bytes` at `dst` (which must lie in a live allocation) to `value`. */
-hipError_t hipsimLaunchFill(void* dst, int value, size_t bytes, unsigned delay_us, hipStream_t stream);
+hipError_t hipsimLaunchFill(void* dst, int value, size_t bytes, unsigned delay_us,
+                            hipStream_t stream);
 
 /* More of hip_runtime_api.h (ROCm 6). Macros rather than enumerators, so that hip_subset.h
  * (included first) may grow to declare the same names without a clash. */

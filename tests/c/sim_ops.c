@@ -42,7 +42,8 @@ static void* nth(const char* arg) {
 
 static void alloc_done(const char* op, hipError_t rc, void* p) {
     if (nptrs < (int)(sizeof ptrs / sizeof ptrs[0])) ptrs[nptrs++] = p;
-    printf("%s rc=%d ptr=%p aligned2m=%d\n", op, rc, p, (int)(((uintptr_t)p & ((2u << 20) - 1)) == 0));
+    int aligned2m = ((uintptr_t)p & ((2u << 20) - 1)) == 0;
+    printf("%s rc=%d ptr=%p aligned2m=%d\n", op, rc, p, aligned2m);
 }
 
 int main(int argc, char** argv) {

@@ -40,7 +40,8 @@ int main(void) {
     void* v500 = NULL;
     hipGetProcAddress("hipGetDeviceProperties", &v600, 600, 0, NULL);
     hipGetProcAddress("hipGetDeviceProperties", &v500, 500, 0, NULL);
-    printf("props r0600=%d r0000=%d\n", v600 != NULL && v600 == dlsym(runtime, "hipGetDevicePropertiesR0600"),
+    printf("props r0600=%d r0000=%d\n",
+           v600 != NULL && v600 == dlsym(runtime, "hipGetDevicePropertiesR0600"),
            v500 != NULL && v500 == dlsym(runtime, "hipGetDeviceProperties"));
     return 0;
 }

@@ -13,7 +13,8 @@ int main(void) {
         printf("dlopen error=%s\n", dlerror());
         return 1;
     }
-    rocblas_status (*create)(rocblas_handle*) = (rocblas_status(*)(rocblas_handle*))dlsym(blas, "rocblas_create_handle");
+    rocblas_status (*create)(rocblas_handle*) =
+        (rocblas_status(*)(rocblas_handle*))dlsym(blas, "rocblas_create_handle");
     rocblas_handle h = NULL;
     rocblas_status st = create(&h);
     void* hip = dlopen("libamdhip64.so.6", RTLD_NOLOAD | RTLD_LAZY);

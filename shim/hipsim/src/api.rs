@@ -45,6 +45,12 @@ fn check_device(sim: &Sim, device: i32) -> HipResult {
     }
 }
 
+/// Resolves a stream that must exist, with the code ROCm gives for one that does not.
+fn existing(sim: &Sim, stream: Stream) -> Result<streams::Target, HipError> {
+    sim.streams
+        .target(stream as usize, current_device(), CONTEXT_IS_DESTROYED)
+}
+
 /// Which call allocates, with what it needs beyond the size.
 enum Alloc {
     /// `hipMalloc`, `hipExtMallocWithFlags`.
@@ -152,7 +158,10 @@ hip_export! {
                 s.streams.check_unsafe_call(&mut s.counters, thread, mode)?;
                 match ptr.is_null() {
                     true => Ok(None),
-                    false => s.mem.block_at(ptr as usize).map(|b| Some(b.device)).ok_or(INVALID_VALUE),
+                    false => match s.mem.block_at(ptr as usize) {
+                        Some(block) => Ok(Some(block.device)),
+                        None => Err(INVALID_VALUE),
+                    },
                 }
             })?;
             let device = match device {
@@ -259,7 +268,10 @@ hip_export! {
             if value.is_null() {
                 return Err(INVALID_VALUE);
             }
-            let v = state::with(|s| check_device(s, device).map(|_| props::attribute(s.cfg, attr)))?;
+            let v = state::with(|s| {
+                check_device(s, device)?;
+                Ok::<_, HipError>(props::attribute(s.cfg, attr))
+            })?;
             put(value, v)
         })
     }
@@ -322,7 +334,10 @@ hip_export! {
     /// while any stream is capturing.
     "hip_4.2" fn hipDeviceSynchronize() -> c_int {
         error::api(|| {
-            state::with(|s| s.streams.check_no_capture(&mut s.counters, STREAM_CAPTURE_UNSUPPORTED))?;
+            state::with(|s| {
+                s.streams
+                    .check_no_capture(&mut s.counters, STREAM_CAPTURE_UNSUPPORTED)
+            })?;
             let device = current_device();
             work::wait_for(|w| w.device == device);
             state::with(|s| s.counters.syncs += 1);
@@ -404,7 +419,7 @@ hip_export! {
     "hip_4.2" fn hipStreamSynchronize(stream: Stream) -> c_int {
         error::api(|| {
             let target = state::with(|s| {
-                let target = s.streams.target(stream as usize, current_device(), CONTEXT_IS_DESTROYED)?;
+                let target = existing(s, stream)?;
                 match s.streams.is_capturing(target.key) {
                     true => Err(STREAM_CAPTURE_UNSUPPORTED),
                     false => Ok(target),
@@ -424,7 +439,7 @@ hip_export! {
     "hip_4.3" fn hipStreamBeginCapture(stream: Stream, mode: c_int) -> c_int {
         error::api(|| {
             state::with(|s| {
-                let key = s.streams.target(stream as usize, current_device(), CONTEXT_IS_DESTROYED)?.key;
+                let key = existing(s, stream)?.key;
                 s.streams.begin_capture(key, mode, state::thread_id())
             })
         })
@@ -440,7 +455,7 @@ hip_export! {
                 return Err(INVALID_VALUE);
             }
             let result = state::with(|s| {
-                let key = s.streams.target(stream as usize, current_device(), CONTEXT_IS_DESTROYED)?.key;
+                let key = existing(s, stream)?.key;
                 s.streams.end_capture(key, state::thread_id())
             });
             match result {
@@ -460,7 +475,7 @@ hip_export! {
                 return Err(INVALID_VALUE);
             }
             let v = state::with(|s| {
-                let key = s.streams.target(stream as usize, current_device(), CONTEXT_IS_DESTROYED)?.key;
+                let key = existing(s, stream)?.key;
                 Ok::<_, HipError>(s.streams.capture_status(key))
             })?;
             put(status, v)
@@ -503,7 +518,12 @@ fn before_sync_op() -> HipResult {
 hip_export! {
     /// A plain memmove, since device memory is host memory here; the device side of the
     /// direction must lie inside a live allocation.
-    "hip_4.2" fn hipMemcpy(dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int) -> c_int {
+    "hip_4.2" fn hipMemcpy(
+        dst: *mut c_void,
+        src: *const c_void,
+        bytes: usize,
+        kind: c_int,
+    ) -> c_int {
         error::api(|| {
             if bytes == 0 {
                 return Ok(());
@@ -563,7 +583,10 @@ pub struct PointerAttributes {
 hip_export! {
     /// Interior pointers resolve to their block; an unknown pointer is "unregistered", device
     /// -1, with success, as in ROCm 6.
-    "hip_4.2" fn hipPointerGetAttributes(attributes: *mut PointerAttributes, ptr: *const c_void) -> c_int {
+    "hip_4.2" fn hipPointerGetAttributes(
+        attributes: *mut PointerAttributes,
+        ptr: *const c_void,
+    ) -> c_int {
         error::api(|| {
             if attributes.is_null() || ptr.is_null() {
                 return Err(INVALID_VALUE);
