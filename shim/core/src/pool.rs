@@ -126,6 +126,9 @@ struct State {
     stats: Stats,
 }
 
+/// The pool's lock, held; see [`Pool::hold`].
+pub struct PoolHold<'a>(#[allow(dead_code)] MutexGuard<'a, State>);
+
 pub struct Pool<S: DeviceSource> {
     source: S,
     options: PoolOptions,
@@ -184,9 +187,7 @@ impl<S: DeviceSource> Pool<S> {
             self.warm_up(&mut st);
         }
         loop {
-            if st.live_total() + rounded > self.options.cap
-                || rounded == u64::MAX / GRANULE * GRANULE
-            {
+            if st.live_total() + rounded > st.stats.cap || rounded == u64::MAX / GRANULE * GRANULE {
                 st.stats.ooms += 1;
                 return Err(AllocError::OverCap);
             }
@@ -208,8 +209,8 @@ impl<S: DeviceSource> Pool<S> {
                 Err(e) if attempt < self.options.retries && is_retryable(e) => {
                     attempt += 1;
                     st.stats.retries += 1;
-                    self.trim_locked(&mut st, 0);
                     st = self.synchronize_and_release(st);
+                    self.trim_locked(&mut st, 0);
                     drop(st);
                     std::thread::sleep(self.options.backoff * attempt);
                     st = self.lock();
@@ -261,18 +262,33 @@ impl<S: DeviceSource> Pool<S> {
     /// Returns whole free segments to the device, oldest first, until at most
     /// `min_bytes_to_hold` stay reserved. Returns the bytes released.
     pub fn trim_to(&self, min_bytes_to_hold: u64) -> u64 {
-        let mut st = self.lock();
+        let st = self.lock();
+        let mut st = self.synchronize_and_release(st);
         self.trim_locked(&mut st, min_bytes_to_hold)
+    }
+
+    /// The cap in bytes: what the program may hold from the pool and outside it together.
+    pub fn cap(&self) -> u64 {
+        self.lock().stats.cap
+    }
+
+    /// Changes the cap; cached segments above it go back to the device at once, live blocks
+    /// stay (allocations fail until the program is under the new cap again).
+    pub fn set_cap(&self, cap: u64) {
+        let mut st = self.lock();
+        st.stats.cap = cap;
+        let keep = cap.saturating_sub(st.stats.external);
+        self.trim_locked(&mut st, keep);
     }
 
     /// Counts `bytes` the program holds outside the pool against the cap.
     pub fn charge(&self, bytes: u64) -> Result<(), AllocError> {
         let mut st = self.lock();
-        if st.live_total() + bytes > self.options.cap {
+        if st.live_total() + bytes > st.stats.cap {
             st.stats.ooms += 1;
             return Err(AllocError::OverCap);
         }
-        let over = (st.stats.reserved + st.stats.external + bytes).saturating_sub(self.options.cap);
+        let over = (st.stats.reserved + st.stats.external + bytes).saturating_sub(st.stats.cap);
         if over > 0 {
             let keep = st.stats.reserved.saturating_sub(over);
             self.trim_locked(&mut st, keep);
@@ -290,12 +306,15 @@ impl<S: DeviceSource> Pool<S> {
     /// still allows, never more than the device has free plus what the pool caches.
     pub fn view(&self, device_free: u64) -> (u64, u64) {
         let st = self.lock();
-        let by_cap = self.options.cap.saturating_sub(st.live_total());
+        let by_cap = st.stats.cap.saturating_sub(st.live_total());
         let cached = st.stats.reserved - st.stats.live.min(st.stats.reserved);
-        (
-            by_cap.min(device_free.saturating_add(cached)),
-            self.options.cap,
-        )
+        (by_cap.min(device_free.saturating_add(cached)), st.stats.cap)
+    }
+
+    /// Holds the pool's lock until dropped: taken before `fork()` so the child never inherits
+    /// it locked by a thread that does not exist there.
+    pub fn hold(&self) -> PoolHold<'_> {
+        PoolHold(self.lock())
     }
 
     pub fn stats(&self) -> Stats {
@@ -339,7 +358,7 @@ impl<S: DeviceSource> Pool<S> {
     }
 
     fn synchronize_and_release<'a>(&'a self, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        if !self.source.may_synchronize() {
+        if st.quarantine.is_empty() || !self.source.may_synchronize() {
             return st;
         }
         let mut st = st;
@@ -365,7 +384,7 @@ impl<S: DeviceSource> Pool<S> {
             emptied |= st.release_block(i);
         }
         if emptied {
-            let threshold = (self.options.trim_threshold * self.options.cap as f64) as u64;
+            let threshold = (self.options.trim_threshold * st.stats.cap as f64) as u64;
             if st.stats.reserved + st.stats.external > threshold {
                 let keep = threshold.saturating_sub(st.stats.external);
                 self.trim_locked(st, keep);
@@ -384,7 +403,7 @@ impl<S: DeviceSource> Pool<S> {
         } else {
             minimal
         };
-        let cap = self.options.cap;
+        let cap = st.stats.cap;
         let threshold = (self.options.trim_threshold * cap as f64) as u64;
         // Cached segments that could not serve this request go back first where keeping them
         // would set a new peak, pass the trim threshold or the cap.
@@ -429,7 +448,7 @@ impl<S: DeviceSource> Pool<S> {
     }
 
     fn warm_up(&self, st: &mut State) {
-        let mut left = self.options.warmup.min(self.options.cap);
+        let mut left = self.options.warmup.min(st.stats.cap);
         while left > 0 {
             let size = round_up(left.min(WARMUP_SEGMENT), SEGMENT);
             match self.source.alloc(size) {

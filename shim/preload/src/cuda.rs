@@ -1,0 +1,197 @@
+//! The CUDA face: the same guard in front of `libcudart` (`cudaMalloc` has `hipMalloc`'s shape
+//! and codes), which is how the design is proven under real PyTorch on real GPUs. Dormant until
+//! the CUDA runtime is loaded; a process that uses HIP never touches it.
+
+use std::ffi::{c_int, c_void};
+
+use crate::guard::{Api, Face, GetDeviceFn, Guard, SetDeviceFn, SUCCESS, SYMBOL_NOT_FOUND};
+use crate::hooks::hooks;
+use crate::resolve::Real;
+
+pub type Stream = *mut c_void;
+pub type MemPool = *mut c_void;
+
+/// File names of the CUDA runtime (`libcudart.so.12|13`).
+pub const LIBS: &[&str] = &["libcudart"];
+
+const ATTRIBUTE_INTEGRATED: c_int = 18;
+/// `totalGlobalMem` in `cudaDeviceProp` (after name[256], uuid, luid, luidDeviceNodeMask).
+const PROP_TOTAL_GLOBAL_MEM: usize = 288;
+
+static GET_DEVICE: Real<GetDeviceFn> = Real::new(c"cudaGetDevice", c"", LIBS);
+static SET_DEVICE: Real<SetDeviceFn> = Real::new(c"cudaSetDevice", c"", LIBS);
+static GET_ATTRIBUTE: Real<unsafe extern "C" fn(*mut c_int, c_int, c_int) -> i32> =
+    Real::new(c"cudaDeviceGetAttribute", c"", LIBS);
+
+static FACE: Face = Face {
+    name: "CUDA",
+    api: resolve_api,
+    integrated,
+};
+
+pub static CUDA: Guard = Guard::new(&FACE);
+
+fn resolve_api() -> Option<Api> {
+    Some(Api {
+        malloc: real::cudaMalloc.get()?,
+        free: real::cudaFree.get()?,
+        mem_get_info: real::cudaMemGetInfo.get()?,
+        get_device: GET_DEVICE.get()?,
+        set_device: SET_DEVICE.get()?,
+        synchronize: real::cudaDeviceSynchronize.get()?,
+        get_last_error: real::cudaGetLastError.get()?,
+        peek_last_error: real::cudaPeekAtLastError.get()?,
+    })
+}
+
+fn integrated(device: i32) -> bool {
+    let mut v = 0;
+    match GET_ATTRIBUTE.get() {
+        // SAFETY: valid out-pointer.
+        Some(f) => unsafe { f(&mut v, ATTRIBUTE_INTEGRATED, device) == SUCCESS && v != 0 },
+        None => false,
+    }
+}
+
+unsafe fn cap_total_in_props(props: *mut c_void, device: c_int) {
+    let Some(a) = CUDA.active() else { return };
+    let field = (props as *mut u8).add(PROP_TOTAL_GLOBAL_MEM) as *mut usize;
+    let total = field.read_unaligned() as u64;
+    field.write_unaligned(a.total_for(device, total) as usize);
+}
+
+hooks! {
+    libs = LIBS, missing = SYMBOL_NOT_FOUND;
+
+    [""] fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> i32 |pass| {
+        match CUDA.active() {
+            Some(a) if !ptr.is_null() && size > 0 => a.alloc(ptr, size).unwrap_or_else(pass),
+            _ => pass(),
+        }
+    }
+
+    [""] fn cudaFree(ptr: *mut c_void) -> i32 |pass| {
+        match CUDA.active() {
+            Some(a) if !ptr.is_null() => {
+                if a.free(ptr) {
+                    return SUCCESS;
+                }
+                let code = pass();
+                if code == SUCCESS {
+                    a.external_free(ptr);
+                }
+                code
+            }
+            _ => pass(),
+        }
+    }
+
+    [""] fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: u32) -> i32 |pass| {
+        let _ = flags;
+        match CUDA.active() {
+            Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
+            _ => pass(),
+        }
+    }
+
+    [""] fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: Stream) -> i32 |pass| {
+        let _ = stream;
+        match CUDA.active() {
+            Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
+            _ => pass(),
+        }
+    }
+
+    [""] fn cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: MemPool, stream: Stream) -> i32 |pass| {
+        let _ = (pool, stream);
+        match CUDA.active() {
+            Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
+            _ => pass(),
+        }
+    }
+
+    [""] fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> i32 |pass| {
+        let _ = stream;
+        let code = pass();
+        if let (SUCCESS, Some(a)) = (code, CUDA.active()) {
+            a.external_free(ptr);
+        }
+        code
+    }
+
+    [""] fn cudaMemPoolTrimTo(pool: MemPool, min_bytes_to_hold: usize) -> i32 |pass| {
+        let _ = pool;
+        if let Some(a) = CUDA.active() {
+            a.trim_current(min_bytes_to_hold as u64);
+        }
+        pass()
+    }
+
+    [""] fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> i32 |pass| {
+        let code = pass();
+        if let (SUCCESS, Some(a)) = (code, CUDA.active()) {
+            if !free.is_null() && !total.is_null() {
+                let (f, t) = a.mem_view(*free as u64, *total as u64);
+                *free = f as usize;
+                *total = t as usize;
+            }
+        }
+        code
+    }
+
+    [""] fn cudaGetDeviceProperties(props: *mut c_void, device: c_int) -> i32 |pass| {
+        let code = pass();
+        if code == SUCCESS && !props.is_null() {
+            cap_total_in_props(props, device);
+        }
+        code
+    }
+
+    [""] fn cudaGetDeviceProperties_v2(props: *mut c_void, device: c_int) -> i32 |pass| {
+        let code = pass();
+        if code == SUCCESS && !props.is_null() {
+            cap_total_in_props(props, device);
+        }
+        code
+    }
+
+    [""] fn cudaDeviceSynchronize() -> i32 |pass| {
+        match CUDA.active() {
+            Some(a) => a.synchronize(pass),
+            None => pass(),
+        }
+    }
+
+    [""] fn cudaDeviceReset() -> i32 |pass| {
+        if let Some(a) = CUDA.active() {
+            a.device_reset();
+        }
+        pass()
+    }
+
+    [""] fn cudaGetLastError() -> i32 |pass| {
+        crate::guard::last_error(pass(), true)
+    }
+
+    [""] fn cudaPeekAtLastError() -> i32 |pass| {
+        crate::guard::last_error(pass(), false)
+    }
+
+    [""] fn cudaStreamBeginCapture(stream: Stream, mode: c_int) -> i32 |pass| {
+        let _ = mode;
+        let code = pass();
+        if let (SUCCESS, Some(a)) = (code, CUDA.active()) {
+            a.capture_began(stream as usize);
+        }
+        code
+    }
+
+    [""] fn cudaStreamEndCapture(stream: Stream, graph: *mut *mut c_void) -> i32 |pass| {
+        let _ = graph;
+        let code = pass();
+        if let Some(a) = CUDA.active() {
+            a.capture_ended(stream as usize);
+        }
+        code
+    }
+}

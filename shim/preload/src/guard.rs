@@ -1,0 +1,528 @@
+//! What the hooks do, once for both faces (HIP and CUDA: the same shapes, the same codes for
+//! success and out-of-memory). A `Guard` owns one runtime's per-device pools, its pass-through
+//! allocations counted against the cap, and the bookkeeping that keeps the runtime's own
+//! semantics: sticky last errors, stream capture, fork.
+
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use once_cell::sync::OnceCell;
+use rocmguard_core::{AllocError, Config, DeviceSource, Pool, PoolOptions, SourceError, Stats};
+
+use crate::log;
+
+pub const SUCCESS: i32 = 0;
+/// `hipErrorOutOfMemory` and `cudaErrorMemoryAllocation` alike.
+pub const OUT_OF_MEMORY: i32 = 2;
+/// `hip`/`cudaErrorSharedObjectSymbolNotFound`: the runtime function could not be found.
+pub const SYMBOL_NOT_FOUND: i32 = 302;
+
+const MAX_DEVICES: usize = 64;
+
+pub type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
+pub type FreeFn = unsafe extern "C" fn(*mut c_void) -> i32;
+pub type MemInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
+pub type GetDeviceFn = unsafe extern "C" fn(*mut i32) -> i32;
+pub type SetDeviceFn = unsafe extern "C" fn(i32) -> i32;
+pub type VoidFn = unsafe extern "C" fn() -> i32;
+
+/// The runtime functions the pool stands on.
+#[derive(Clone, Copy)]
+pub struct Api {
+    pub malloc: MallocFn,
+    pub free: FreeFn,
+    pub mem_get_info: MemInfoFn,
+    pub get_device: GetDeviceFn,
+    pub set_device: SetDeviceFn,
+    pub synchronize: VoidFn,
+    pub get_last_error: VoidFn,
+    pub peek_last_error: VoidFn,
+}
+
+/// One face of the library.
+pub struct Face {
+    /// "HIP" or "CUDA", for logs.
+    pub name: &'static str,
+    /// Resolves the real functions; `None` while the runtime is not loaded.
+    pub api: fn() -> Option<Api>,
+    /// Whether a device is an integrated GPU sharing system memory.
+    pub integrated: fn(i32) -> bool,
+}
+
+thread_local! {
+    /// The last error pending before the pool's own device call failed, to restore after a
+    /// recovery: `Some(code)` once a device call of ours failed during the current hook.
+    static PENDING_BEFORE: Cell<Option<i32>> = const { Cell::new(None) };
+    /// An error the program should still see from `GetLastError` although the runtime's own
+    /// slot no longer holds it (we consumed the runtime's after recovering, or refused by cap).
+    static SHADOW_ERROR: Cell<i32> = const { Cell::new(SUCCESS) };
+}
+
+/// The pool's view of one device through the real runtime.
+pub struct Source {
+    device: i32,
+    api: Api,
+    captures: &'static AtomicUsize,
+}
+
+impl Source {
+    /// Runs `f` with `self.device` current, restoring the caller's device.
+    fn on_device<T>(&self, f: impl FnOnce() -> T) -> T {
+        let mut current = self.device;
+        // SAFETY: real runtime calls with valid out-pointers.
+        unsafe { (self.api.get_device)(&mut current) };
+        if current == self.device {
+            return f();
+        }
+        unsafe { (self.api.set_device)(self.device) };
+        let r = f();
+        unsafe { (self.api.set_device)(current) };
+        r
+    }
+}
+
+fn source_error(code: i32) -> SourceError {
+    SourceError {
+        code,
+        out_of_memory: code == OUT_OF_MEMORY,
+    }
+}
+
+impl DeviceSource for Source {
+    fn alloc(&self, size: u64) -> Result<u64, SourceError> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: real runtime calls with valid out-pointers.
+        let before = unsafe { (self.api.peek_last_error)() };
+        let code = unsafe { (self.api.malloc)(&mut p, size as usize) };
+        if code != SUCCESS {
+            PENDING_BEFORE.with(|c| {
+                if c.get().is_none() {
+                    c.set(Some(before));
+                }
+            });
+            return Err(source_error(code));
+        }
+        Ok(p as u64)
+    }
+
+    fn free(&self, addr: u64, _size: u64) -> Result<(), SourceError> {
+        // SAFETY: addr came from the runtime's malloc.
+        match unsafe { (self.api.free)(addr as *mut c_void) } {
+            SUCCESS => Ok(()),
+            code => Err(source_error(code)),
+        }
+    }
+
+    fn mem_info(&self) -> Result<(u64, u64), SourceError> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        match self.on_device(|| unsafe { (self.api.mem_get_info)(&mut free, &mut total) }) {
+            SUCCESS => Ok((free as u64, total as u64)),
+            code => Err(source_error(code)),
+        }
+    }
+
+    fn synchronize(&self) -> Result<(), SourceError> {
+        // SAFETY: no arguments.
+        match self.on_device(|| unsafe { (self.api.synchronize)() }) {
+            SUCCESS => Ok(()),
+            code => Err(source_error(code)),
+        }
+    }
+
+    fn may_synchronize(&self) -> bool {
+        self.captures.load(Ordering::Acquire) == 0
+    }
+}
+
+/// A guard that is on: the runtime was found and the configuration read.
+pub struct Active {
+    pub face: &'static Face,
+    pub api: Api,
+    pub config: &'static Config,
+    pools: Vec<OnceCell<Pool<Source>>>,
+    /// Pass-through allocations counted against the cap: pointer -> (device, bytes).
+    external: Mutex<std::collections::HashMap<usize, (i32, u64)>>,
+    /// Stream captures in progress (streams by address), and their count.
+    capturing: Mutex<Vec<usize>>,
+    captures: AtomicUsize,
+    /// Devices whose cap warning has been printed.
+    warned: Vec<AtomicBool>,
+}
+
+pub struct Guard {
+    pub face: &'static Face,
+    state: OnceCell<Option<Active>>,
+}
+
+impl Guard {
+    pub const fn new(face: &'static Face) -> Guard {
+        Guard {
+            face,
+            state: OnceCell::new(),
+        }
+    }
+
+    /// The active guard, or `None` for pass-through (disabled, or the runtime is not loaded
+    /// yet: then we look again next call).
+    #[inline]
+    pub fn active(&self) -> Option<&Active> {
+        if let Some(state) = self.state.get() {
+            return state.as_ref();
+        }
+        let config = crate::config()?;
+        if config.disable || crate::degraded() {
+            return self.state.get_or_init(|| None).as_ref();
+        }
+        let api = (self.face.api)()?;
+        self.state
+            .get_or_init(|| {
+                log::first_use(self.face.name, config);
+                Some(Active {
+                    face: self.face,
+                    api,
+                    config,
+                    pools: (0..MAX_DEVICES).map(|_| OnceCell::new()).collect(),
+                    external: Mutex::new(Default::default()),
+                    capturing: Mutex::new(Vec::new()),
+                    captures: AtomicUsize::new(0),
+                    warned: (0..MAX_DEVICES).map(|_| AtomicBool::new(false)).collect(),
+                })
+            })
+            .as_ref()
+    }
+
+    /// The stats of every device with a pool, for the exit table and live publishing.
+    pub fn stats(&self) -> Vec<(i32, Stats)> {
+        match self.state.get() {
+            Some(Some(a)) => a
+                .pools
+                .iter()
+                .enumerate()
+                .filter_map(|(d, p)| p.get().map(|p| (d as i32, p.stats())))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Active {
+    pub fn current_device(&self) -> Option<i32> {
+        let mut d = 0;
+        // SAFETY: valid out-pointer.
+        let ok = unsafe { (self.api.get_device)(&mut d) } == SUCCESS;
+        (ok && (0..MAX_DEVICES as i32).contains(&d)).then_some(d)
+    }
+
+    /// The pool of `device`, made on first use (with `device` current).
+    pub fn pool(&'static self, device: i32) -> Option<&'static Pool<Source>> {
+        let cell = self.pools.get(device as usize)?;
+        if let Some(p) = cell.get() {
+            return Some(p);
+        }
+        let source = Source {
+            device,
+            api: self.api,
+            captures: &self.captures,
+        };
+        let (_, total) = source.mem_info().ok()?;
+        let total = crate::uma::device_total(total, self.is_integrated(device));
+        let options = PoolOptions::from_config(self.config, total);
+        Some(cell.get_or_init(|| {
+            log::info(format_args!(
+                "dev{}: pool over {} of device memory, cap {}",
+                device,
+                rocmguard_core::format_size(total),
+                rocmguard_core::format_size(options.cap)
+            ));
+            Pool::new(source, options)
+        }))
+    }
+
+    fn is_integrated(&self, device: i32) -> bool {
+        (self.face.integrated)(device)
+    }
+
+    pub fn existing_pools(&self) -> impl Iterator<Item = (i32, &Pool<Source>)> {
+        self.pools
+            .iter()
+            .enumerate()
+            .filter_map(|(d, p)| p.get().map(|p| (d as i32, p)))
+    }
+
+    /// A pooled allocation on the current device.
+    pub fn alloc(&'static self, ptr: *mut *mut c_void, size: usize) -> Option<i32> {
+        let device = self.current_device()?;
+        let pool = self.pool(device)?;
+        PENDING_BEFORE.with(|c| c.set(None));
+        let result = pool.alloc(size as u64);
+        let code = match result {
+            Ok(addr) => {
+                // SAFETY: the caller's out-pointer, checked non-null by the hook.
+                unsafe { *ptr = addr as *mut c_void };
+                settle_errors(&self.api);
+                crate::trace::alloc(device, addr, size as u64);
+                SUCCESS
+            }
+            Err(AllocError::OverCap) => {
+                SHADOW_ERROR.with(|c| c.set(OUT_OF_MEMORY));
+                self.refused(device, pool, size as u64);
+                OUT_OF_MEMORY
+            }
+            Err(AllocError::Source(e)) => {
+                crate::trace::event("oom", device, 0, size as u64);
+                e.code
+            }
+        };
+        self.warn_near_cap(device, pool);
+        Some(code)
+    }
+
+    /// Gives a block back to whichever pool holds it; `false` if none does.
+    pub fn free(&self, ptr: *mut c_void) -> bool {
+        let addr = ptr as u64;
+        let current = self.current_device().unwrap_or(0);
+        let first = self.pools.get(current as usize).and_then(|c| c.get());
+        let owner = first
+            .filter(|p| p.live_size(addr).is_some())
+            .map(|p| (current, p))
+            .or_else(|| self.existing_pools().find(|(_, p)| p.live_size(addr).is_some()));
+        match owner {
+            Some((device, pool)) => match pool.free(addr) {
+                Some(size) => {
+                    crate::trace::free(device, addr, size);
+                    true
+                }
+                None => false,
+            },
+            None => false,
+        }
+    }
+
+    /// Runs a pass-through allocation (`call`) counted against the cap of the current device,
+    /// trimming our cache and retrying when the runtime is out of memory.
+    pub fn external_alloc(&'static self, ptr: *mut *mut c_void, size: usize, mut call: impl FnMut() -> i32) -> i32 {
+        let device = match self.current_device() {
+            Some(d) => d,
+            None => return call(),
+        };
+        let pool = match self.pool(device) {
+            Some(p) => p,
+            None => return call(),
+        };
+        if pool.charge(size as u64).is_err() {
+            SHADOW_ERROR.with(|c| c.set(OUT_OF_MEMORY));
+            self.refused(device, pool, size as u64);
+            return OUT_OF_MEMORY;
+        }
+        let mut code = call();
+        let mut attempt = 0;
+        while code == OUT_OF_MEMORY && attempt < self.config.retries {
+            attempt += 1;
+            pool.trim_to(0);
+            crate::trace::event("retry", device, 0, size as u64);
+            code = call();
+            if code == SUCCESS {
+                // The failed attempt left its error in the runtime's slot; the program
+                // got what it asked for.
+                // SAFETY: no arguments.
+                unsafe { (self.api.get_last_error)() };
+            }
+        }
+        if code == SUCCESS {
+            // SAFETY: the runtime filled the caller's out-pointer.
+            let p = unsafe { *ptr } as usize;
+            self.external.lock().unwrap_or_else(|e| e.into_inner()).insert(p, (device, size as u64));
+            crate::trace::alloc(device, p as u64, size as u64);
+        } else {
+            pool.uncharge(size as u64);
+        }
+        code
+    }
+
+    /// Forgets a pass-through allocation once the runtime has freed it.
+    pub fn external_free(&self, ptr: *mut c_void) {
+        let entry = self.external.lock().unwrap_or_else(|e| e.into_inner()).remove(&(ptr as usize));
+        if let Some((device, size)) = entry {
+            if let Some(p) = self.pools.get(device as usize).and_then(|c| c.get()) {
+                p.uncharge(size);
+            }
+            crate::trace::free(device, ptr as u64, size);
+        }
+    }
+
+    /// `(free, total)` of the current device as the program should see them.
+    pub fn mem_view(&'static self, device_free: u64, device_total: u64) -> (u64, u64) {
+        let device = self.current_device();
+        match device.and_then(|d| self.pool(d)) {
+            Some(pool) => {
+                let integrated = device.map_or(false, |d| self.is_integrated(d));
+                let free = crate::uma::device_free(device_free, device_total, integrated);
+                pool.view(free)
+            }
+            None => (device_free, device_total),
+        }
+    }
+
+    /// The total the program should see for `device` whose real total is `total`.
+    pub fn total_for(&'static self, device: i32, total: u64) -> u64 {
+        match self.pools.get(device as usize).and_then(|c| c.get()) {
+            Some(p) => p.cap(),
+            None => {
+                let total = crate::uma::device_total(total, self.is_integrated(device));
+                self.config.cap_for(total)
+            }
+        }
+    }
+
+    /// Before a library allocates a workspace of `bytes` outside our view: if the device has
+    /// less than that free, our cache goes back to it. Returns the bytes released.
+    pub fn make_room(&self, bytes: u64) -> u64 {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        let ok = unsafe { (self.api.mem_get_info)(&mut free, &mut total) } == SUCCESS;
+        if ok && (free as u64) < bytes {
+            self.trim_current(0)
+        } else {
+            0
+        }
+    }
+
+    /// Our cached memory of the current device goes back to the runtime.
+    pub fn trim_current(&self, keep: u64) -> u64 {
+        let device = self.current_device().unwrap_or(0);
+        let released = match self.pools.get(device as usize).and_then(|c| c.get()) {
+            Some(p) => p.trim_to(keep),
+            None => 0,
+        };
+        if released > 0 {
+            crate::trace::event("trim", device, 0, released);
+        }
+        released
+    }
+
+    /// Runs the program's own device synchronize, and lets the pool reuse what was freed
+    /// before it.
+    pub fn synchronize(&self, call: impl FnOnce() -> i32) -> i32 {
+        let device = self.current_device().unwrap_or(0);
+        let pool = self.pools.get(device as usize).and_then(|c| c.get());
+        let mark = pool.map(|p| p.quarantine_mark());
+        let code = call();
+        if let (SUCCESS, Some(p), Some(m)) = (code, pool, mark) {
+            p.synchronized(m);
+        }
+        code
+    }
+
+    /// The device was reset: its memory is gone, so is our pool's bookkeeping of it.
+    pub fn device_reset(&self) {
+        let device = self.current_device().unwrap_or(0);
+        if let Some(p) = self.pools.get(device as usize).and_then(|c| c.get()) {
+            p.forget_all();
+        }
+        self.external
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, (d, _)| *d != device);
+    }
+
+    pub fn capture_began(&self, stream: usize) {
+        self.capturing.lock().unwrap_or_else(|e| e.into_inner()).push(stream);
+        self.captures.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn capture_ended(&self, stream: usize) {
+        let mut c = self.capturing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = c.iter().position(|&s| s == stream) {
+            c.swap_remove(i);
+            self.captures.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    pub fn capture_active(&self) -> bool {
+        self.captures.load(Ordering::Acquire) > 0
+    }
+
+    fn refused(&self, device: i32, pool: &Pool<Source>, size: u64) {
+        crate::trace::event("oom", device, 0, size);
+        log::warn(format_args!(
+            "[VRAM Limit] refused {} on dev{}: over the cap; {}",
+            rocmguard_core::format_size(size),
+            device,
+            pool.stats().line(device)
+        ));
+    }
+
+    fn warn_near_cap(&self, device: i32, pool: &Pool<Source>) {
+        let s = pool.stats();
+        let near = (s.live + s.external) as f64 >= 0.95 * s.cap as f64;
+        let flag = &self.warned[device as usize];
+        if near && !flag.swap(true, Ordering::Relaxed) {
+            crate::trace::event("cap_warning", device, 0, s.live);
+            log::warn(format_args!("[VRAM Limit] Warning: near the cap; {}", s.line(device)));
+        } else if !near && (s.live as f64) < 0.9 * s.cap as f64 {
+            flag.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Locks held across `fork()`, released in parent and child.
+    pub fn fork_holds(&self) -> Vec<rocmguard_core::pool::PoolHold<'_>> {
+        self.existing_pools().map(|(_, p)| p.hold()).collect()
+    }
+
+    /// In a forked child the parent's device memory is not ours: start empty.
+    pub fn forget_after_fork(&self) {
+        for (_, p) in self.existing_pools() {
+            p.forget_all();
+        }
+        self.external.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+/// A device attribute holding the total memory, capped the way the runtime encodes it (bytes
+/// truncated to `int`, or MiB), given the real total.
+pub fn capped_attribute(value: i32, cap: impl Fn(u64) -> u64, real_total: impl Fn() -> Option<u64>) -> i32 {
+    let total = match real_total() {
+        Some(t) => t,
+        None => return value,
+    };
+    let capped = cap(total);
+    if capped >= total {
+        value
+    } else if value == total as i32 {
+        capped as i32
+    } else if value as i64 == (total >> 20) as i64 {
+        (capped >> 20) as i32
+    } else {
+        value
+    }
+}
+
+/// After a pooled allocation succeeded: if one of our device calls failed on the way (and we
+/// recovered), clear that error from the runtime and keep what was pending before it.
+fn settle_errors(api: &Api) {
+    if let Some(before) = PENDING_BEFORE.with(|c| c.take()) {
+        // SAFETY: no arguments.
+        unsafe { (api.get_last_error)() };
+        if before != SUCCESS {
+            SHADOW_ERROR.with(|c| c.set(before));
+        }
+    }
+}
+
+/// `GetLastError` as the program should see it: the runtime's, else one we hold for it.
+pub fn last_error(real: i32, reset: bool) -> i32 {
+    SHADOW_ERROR.with(|c| {
+        let shadow = c.get();
+        if reset {
+            c.set(SUCCESS);
+        }
+        if real != SUCCESS {
+            real
+        } else {
+            shadow
+        }
+    })
+}

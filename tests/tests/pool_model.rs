@@ -1,0 +1,225 @@
+//! The pool against a shadow model: random sequences of alloc / free / trim / cap changes,
+//! checked after every step.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use rocmguard_core::pool::GRANULE;
+use rocmguard_core::{AllocError, Config, CountingSource, Pool, PoolOptions};
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc(u64),
+    Free(usize),
+    Trim(u64),
+    SetCap(u64),
+    Sync,
+}
+
+fn size() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => 1u64..4096,
+        3 => 4096u64..(1 << 20),
+        2 => (1u64 << 20)..(12 << 20),
+        1 => (12u64 << 20)..(96 << 20),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        10 => size().prop_map(Op::Alloc),
+        8 => any::<usize>().prop_map(Op::Free),
+        1 => (0u64..(256 << 20)).prop_map(Op::Trim),
+        1 => ((64u64 << 20)..(1 << 30)).prop_map(Op::SetCap),
+        1 => Just(Op::Sync),
+    ]
+}
+
+const DEVICE: u64 = 1 << 30;
+
+fn options(max_split: Option<u64>) -> PoolOptions {
+    let config = Config {
+        max_split,
+        ..Config::default()
+    };
+    let mut o = PoolOptions::from_config(&config, DEVICE);
+    o.backoff = std::time::Duration::ZERO;
+    o
+}
+
+/// Checks every invariant of the pool against the model of live blocks.
+fn check(pool: &Pool<CountingSource>, live: &BTreeMap<u64, u64>) {
+    let s = pool.stats();
+    let mut end = 0;
+    for (&addr, &size) in live {
+        assert_eq!(addr % GRANULE, 0, "{:#x} is not 256-byte aligned", addr);
+        assert!(addr >= end, "block at {:#x} overlaps the one before", addr);
+        end = addr + size;
+    }
+    assert_eq!(s.live, live.values().sum::<u64>(), "live bytes disagree with the model");
+    assert_eq!(s.allocs - s.frees, live.len() as u64, "live count disagrees");
+    assert!(s.reserved >= s.live);
+    assert!(s.peak_live >= s.live && s.peak_reserved >= s.reserved);
+    assert_eq!(s.reserved, pool.source().used(), "reserved disagrees with the device");
+    assert_eq!(s.reserved % (2 << 20), 0, "segments are 2 MiB multiples");
+}
+
+fn run(ops: Vec<Op>, max_split: Option<u64>) {
+    let pool = Pool::new(CountingSource::new(DEVICE), options(max_split));
+    let mut live: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut order: Vec<u64> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Alloc(n) => {
+                let before = pool.stats();
+                match pool.alloc(n) {
+                    Ok(addr) => {
+                        assert!(live.insert(addr, n).is_none(), "address handed out twice");
+                        order.push(addr);
+                        assert!(pool.stats().live <= pool.cap(), "live passed the cap");
+                    }
+                    Err(AllocError::OverCap) => {
+                        let s = pool.stats();
+                        assert_eq!(
+                            s.source_allocs, before.source_allocs,
+                            "a refusal by cap never calls the device"
+                        );
+                        assert!(
+                            n + s.live > s.cap / 2,
+                            "refused {} with live {} far under cap {}",
+                            n,
+                            s.live,
+                            s.cap
+                        );
+                    }
+                    Err(AllocError::Source(e)) => assert!(e.out_of_memory),
+                }
+            }
+            Op::Free(i) if !order.is_empty() => {
+                let addr = order.swap_remove(i % order.len());
+                let size = live.remove(&addr).unwrap();
+                assert_eq!(pool.free(addr), Some(size));
+                assert_eq!(pool.free(addr), None, "a second free is not ours");
+            }
+            Op::Free(_) => {}
+            Op::Trim(keep) => {
+                pool.trim_to(keep);
+            }
+            Op::SetCap(cap) => pool.set_cap(cap),
+            Op::Sync => pool.synchronized(pool.quarantine_mark()),
+        }
+        check(&pool, &live);
+    }
+    for addr in order {
+        pool.free(addr);
+    }
+    live.clear();
+    pool.trim_to(0);
+    check(&pool, &live);
+    let s = pool.stats();
+    assert_eq!(s.reserved, 0, "trim to 0 after freeing everything returns every byte");
+    assert_eq!(pool.source().used(), 0);
+    assert_eq!(s.source_allocs, s.source_frees);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn random_operations_keep_every_invariant(ops in proptest::collection::vec(op(), 1..300)) {
+        run(ops, None);
+    }
+
+    #[test]
+    fn with_max_split(ops in proptest::collection::vec(op(), 1..300)) {
+        run(ops, Some(8 << 20));
+    }
+}
+
+#[test]
+fn freed_blocks_wait_for_a_synchronize_before_reuse() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+    let a = pool.alloc(4 << 20).unwrap();
+    let syncs = pool.source().syncs.load(Relaxed);
+    pool.free(a);
+    let b = pool.alloc(4 << 20).unwrap();
+    assert!(
+        b != a || pool.source().syncs.load(Relaxed) > syncs,
+        "a freed block was handed out again without a synchronize"
+    );
+}
+
+#[test]
+fn cap_refuses_without_calling_the_device() {
+    let mut o = options(None);
+    o.cap = 64 << 20;
+    let pool = Pool::new(CountingSource::new(DEVICE), o);
+    let a = pool.alloc(40 << 20).unwrap();
+    let calls = pool.stats().source_allocs;
+    assert_eq!(pool.alloc(30 << 20), Err(AllocError::OverCap));
+    assert_eq!(pool.stats().source_allocs, calls);
+    assert_eq!(pool.stats().ooms, 1);
+    pool.free(a);
+    assert!(pool.alloc(30 << 20).is_ok(), "after a free the program goes on within the cap");
+}
+
+#[test]
+fn retry_after_device_oom_trims_the_cache() {
+    // A device of 64 MiB: 40 MiB cached in one segment, then a 48 MiB request only fits once
+    // the cache goes back.
+    let mut o = options(None);
+    o.cap = 1 << 30;
+    let pool = Pool::new(CountingSource::new(64 << 20), o);
+    let a = pool.alloc(40 << 20).unwrap();
+    pool.free(a);
+    let b = pool.alloc(48 << 20).expect("the retry loop frees the cache and succeeds");
+    let s = pool.stats();
+    assert!(s.source_frees >= 1, "the cached segment went back");
+    assert_eq!(s.live, 48 << 20);
+    pool.free(b);
+}
+
+#[test]
+fn threshold_trims_oldest_free_segments() {
+    let mut o = options(None);
+    o.cap = 256 << 20;
+    o.trim_threshold = 0.5;
+    let pool = Pool::new(CountingSource::new(DEVICE), o);
+    let blocks: Vec<u64> = (0..6).map(|_| pool.alloc(30 << 20).unwrap()).collect();
+    assert!(pool.stats().reserved > 128 << 20);
+    for b in blocks {
+        pool.free(b);
+    }
+    pool.synchronized(pool.quarantine_mark());
+    let s = pool.stats();
+    assert!(s.reserved <= 128 << 20, "reserved {} stays above the threshold", s.reserved);
+    assert!(s.trims > 0);
+}
+
+#[test]
+fn warmup_reserves_before_first_use() {
+    let mut o = options(None);
+    o.warmup = 1 << 30;
+    let pool = Pool::new(CountingSource::new(4 << 30), o);
+    let a = pool.alloc(100 << 20).unwrap();
+    let s = pool.stats();
+    assert_eq!(s.reserved, 1 << 30, "1 GiB reserved in 256 MiB segments");
+    assert_eq!(s.source_allocs, 4, "no growth needed for the first request");
+    pool.free(a);
+}
+
+#[test]
+fn view_reports_the_cap() {
+    let mut o = options(None);
+    o.cap = 512 << 20;
+    let pool = Pool::new(CountingSource::new(DEVICE), o);
+    let a = pool.alloc(100 << 20).unwrap();
+    let (free, total) = pool.view(DEVICE);
+    assert_eq!(total, 512 << 20);
+    assert_eq!(free, (512 << 20) - (100 << 20));
+    let (free, _) = pool.view(1 << 20);
+    let cached = pool.stats().reserved - (100 << 20);
+    assert!(free <= (1 << 20) + cached, "never more than the device has plus our cache");
+    pool.free(a);
+}
