@@ -6,7 +6,10 @@ use std::process::{Command, Output};
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// `target/release`, where `cargo build --release` put the libraries and the CLI.
@@ -38,7 +41,10 @@ pub fn sim_lib_dir() -> PathBuf {
     let dir = release.join("hipsim-lib");
     std::fs::create_dir_all(&dir).unwrap();
     for (file, names) in [
-        ("libamdhip64.so", &["libamdhip64.so", "libamdhip64.so.6"][..]),
+        (
+            "libamdhip64.so",
+            &["libamdhip64.so", "libamdhip64.so.6"][..],
+        ),
         ("librocblas.so", &["librocblas.so", "librocblas.so.4"][..]),
     ] {
         for name in names {
@@ -112,4 +118,34 @@ pub fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// A fresh, empty directory for one test under `target/release/test-scratch`.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = release_dir()
+        .join("test-scratch")
+        .join(format!("{}-{}", name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A fake machine for `rocmguard doctor --sysroot` (`tests/fixtures/sysroot/<name>`).
+pub fn sysroot(name: &str) -> PathBuf {
+    root().join("tests/fixtures/sysroot").join(name)
+}
+
+/// The `rocmguard` CLI with none of the caller's variables that change what it does or finds
+/// (`ROCMGUARD_*`, `HSA_*`, `HIP_*`, `PYTORCH_*`, `HIPSIM_*`, `LD_PRELOAD`, `LD_LIBRARY_PATH`).
+pub fn cli_command() -> Command {
+    let mut cmd = Command::new(cli());
+    for (k, _) in std::env::vars() {
+        let cleared = ["ROCMGUARD_", "HSA_", "HIP_", "PYTORCH_", "HIPSIM_", "AMD_"]
+            .iter()
+            .any(|p| k.starts_with(p));
+        if cleared || k == "LD_PRELOAD" || k == "LD_LIBRARY_PATH" || k == "XDG_CONFIG_HOME" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
 }

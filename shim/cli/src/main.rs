@@ -29,6 +29,9 @@ enum Command {
     Doctor(doctor::Args),
     /// List guarded processes, or show one's per-device stats.
     Stats(stats::Args),
+    /// The doctor's self-test, run by `rocmguard doctor` under the shim.
+    #[command(hide = true)]
+    DoctorProbe(doctor::probe::Args),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Command::Replay(a) => replay::exec(a),
         Command::Doctor(a) => doctor::exec(a),
         Command::Stats(a) => stats::exec(a),
+        Command::DoctorProbe(a) => doctor::probe::exec(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -1,8 +1,167 @@
-//! `rocmguard stats`.
+//! `rocmguard stats [PID] [--watch]`: the guarded processes of this user and their per-device
+//! figures, read from the live-stats files the shim writes about once a second
+//! (`rocmguard_core::live`). Files of processes that have died are deleted on the way.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use rocmguard_core::live::{self, Record};
+use rocmguard_core::{format_size, Stats};
+
+/// A process that has not published for this long is shown as stale (stopped, or hung in the
+/// driver).
+const STALE_SECS: f64 = 5.0;
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(
+    after_help = "The shim publishes to $ROCMGUARD_STATS_DIR, else $XDG_RUNTIME_DIR/rocmguard, else /dev/shm/rocmguard-<uid>: run this command with the same environment as the program."
+)]
+pub struct Args {
+    /// Show this process's full per-device table instead of the list
+    #[arg(value_name = "PID")]
+    pid: Option<u32>,
 
-pub fn exec(_args: Args) -> anyhow::Result<u8> {
-    anyhow::bail!("`rocmguard stats` is not built yet")
+    /// Refresh like top until Ctrl-C
+    #[arg(long, short)]
+    watch: bool,
+
+    /// Seconds between refreshes with --watch
+    #[arg(long, value_name = "SECS", default_value_t = 1.0, value_parser = positive_seconds)]
+    interval: f64,
+}
+
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s >= 0.1 && s.is_finite() => Ok(s),
+        _ => Err(format!(
+            "`{}` is not a number of seconds of at least 0.1",
+            text
+        )),
+    }
+}
+
+pub fn exec(args: Args) -> anyhow::Result<u8> {
+    let dir = live::dir();
+    if !args.watch {
+        return Ok(match frame(&dir, args.pid) {
+            Ok(text) => {
+                print!("{}", text);
+                0
+            }
+            Err(text) => {
+                eprintln!("rocmguard: {}", text);
+                1
+            }
+        });
+    }
+    let mut out = std::io::stdout();
+    loop {
+        let shown = frame(&dir, args.pid);
+        // Clear the screen and go home, then draw: top's way, without a terminal library.
+        write!(out, "\x1b[2J\x1b[H")?;
+        match &shown {
+            Ok(text) => write!(out, "{}", text)?,
+            Err(text) => writeln!(out, "{}", text)?,
+        }
+        out.flush()?;
+        if shown.is_err() {
+            // The one process we watched is gone.
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_secs_f64(args.interval));
+    }
+}
+
+/// The text for one refresh; `Err` when the process asked for has no live stats.
+fn frame(dir: &Path, pid: Option<u32>) -> Result<String, String> {
+    let now = SystemTime::now();
+    match pid {
+        Some(pid) => live::read_in(dir, pid)
+            .map(|r| process_view(&r, now, dir))
+            .ok_or_else(|| {
+                format!(
+                    "no live stats for pid {} in {}: it is not running under rocmguard, has exited, or publishes elsewhere (its ROCMGUARD_STATS_DIR or XDG_RUNTIME_DIR differ from yours)",
+                    pid,
+                    dir.display()
+                )
+            }),
+        None => Ok(list_view(&live::list_in(dir), now, dir)),
+    }
+}
+
+fn updated(r: &Record, now: SystemTime) -> String {
+    let age = r.age_secs(now);
+    if age > STALE_SECS {
+        format!("{:.0}s (stale)", age)
+    } else {
+        format!("{:.1}s", age)
+    }
+}
+
+/// One row per process and device.
+fn list_view(records: &[Record], now: SystemTime, dir: &Path) -> String {
+    if records.is_empty() {
+        return format!("no guarded processes (live stats in {})\n", dir.display());
+    }
+    let mut out = format!(
+        "{} guarded process{} (live stats in {})\n\n{:>7}  {:<6} {:>11} {:>11} {:>11} {:>6} {:>6}  {:>9}  {}\n",
+        records.len(),
+        if records.len() == 1 { "" } else { "es" },
+        dir.display(),
+        "PID",
+        "DEVICE",
+        "LIVE",
+        "RESERVED",
+        "CAP",
+        "FRAG",
+        "OOMS",
+        "UPDATED",
+        "COMMAND"
+    );
+    for r in records {
+        let none = [(-1, Stats::default())];
+        let devices: &[(i32, Stats)] = if r.devices.is_empty() {
+            &none
+        } else {
+            &r.devices
+        };
+        for (device, s) in devices {
+            let name = if *device < 0 {
+                "-".to_string()
+            } else {
+                format!("dev{}", device)
+            };
+            out.push_str(&format!(
+                "{:>7}  {:<6} {:>11} {:>11} {:>11} {:>5.1}% {:>6}  {:>9}  {}\n",
+                r.pid,
+                name,
+                format_size(s.live),
+                format_size(s.reserved),
+                format_size(s.cap),
+                s.fragmentation() * 100.0,
+                s.ooms,
+                updated(r, now),
+                r.command
+            ));
+        }
+    }
+    out
+}
+
+/// The full table for one process.
+fn process_view(r: &Record, now: SystemTime, dir: &Path) -> String {
+    let mut out = format!(
+        "pid {}: {}\nupdated {} ago ({})\n\n",
+        r.pid,
+        r.command,
+        updated(r, now),
+        live::path_in(dir, r.pid).display()
+    );
+    if r.devices.is_empty() {
+        out.push_str("no device memory allocated yet\n");
+    } else {
+        out.push_str(&Stats::table(&r.devices));
+    }
+    out
 }

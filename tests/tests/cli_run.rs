@@ -1,0 +1,433 @@
+//! `rocmguard run` in real processes: the preload and the configuration reach the command and
+//! its children, exit codes and signals are the command's own, profiles say what they set.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use rocmguard_cli::run::profiles;
+use rocmguard_core::KEYS;
+use rocmguard_tests::{cli, cli_command, output, release_dir, root, scratch_dir, shim_lib, text};
+
+const SIGTERM: i32 = 15;
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `rocmguard run ARGS` with a clean environment.
+fn run(args: &[&str]) -> Output {
+    output(cli_command().arg("run").args(args))
+}
+
+/// The environment a command sees under `rocmguard run ARGS -- env`, as VAR=value lines.
+fn env_under(cmd: &mut Command) -> Vec<String> {
+    let out = output(cmd);
+    assert!(out.status.success(), "{}", text(&out));
+    stdout(&out).lines().map(str::to_string).collect()
+}
+
+/// A small shared library to preload next to the shim.
+fn marker_lib() -> PathBuf {
+    let lib = release_dir().join("c-tests/libcli_marker.so");
+    std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+    let out = output(
+        Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(root().join("tests/c/cli_marker.c")),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    lib
+}
+
+#[test]
+fn preload_is_prepended_and_the_caller_s_kept() {
+    let marker = marker_lib();
+    let out = output(
+        cli_command()
+            .env("LD_PRELOAD", &marker)
+            .args(["run", "--", "sh", "-c"])
+            .arg("echo \"$LD_PRELOAD\"; grep -o -e librocmguard.so -e libcli_marker.so /proc/self/maps | sort -u"),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let lines: Vec<String> = stdout(&out).lines().map(str::to_string).collect();
+    let expected = format!(
+        "{}:{}",
+        shim_lib().canonicalize().unwrap().display(),
+        marker.display()
+    );
+    assert_eq!(lines[0], expected, "{}", text(&out));
+    assert_eq!(
+        lines[1..],
+        ["libcli_marker.so", "librocmguard.so"],
+        "both are loaded: {}",
+        text(&out)
+    );
+
+    // A second launch does not stack a second copy of the shim.
+    let out = output(cli_command().env("LD_PRELOAD", &expected).args([
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$LD_PRELOAD\"",
+    ]));
+    assert_eq!(stdout(&out).trim(), expected, "{}", text(&out));
+}
+
+#[test]
+fn exit_codes_pass_through() {
+    let out = run(&["--", "sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out));
+    let out = run(&["true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn the_launcher_becomes_the_command_so_signals_are_its_own() {
+    let out = run(&["--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(out.status.signal(), Some(SIGTERM), "{}", text(&out));
+    assert_eq!(out.status.code(), None);
+
+    // exec, not spawn: the shell has the launcher's pid.
+    let child = cli_command()
+        .args(["run", "--", "sh", "-c", "echo $$"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(stdout(&out).trim(), pid.to_string());
+}
+
+#[test]
+fn children_and_grandchildren_are_guarded() {
+    let out = run(&[
+        "--cap",
+        "20GiB",
+        "--trim-threshold",
+        "0.7",
+        "--stats",
+        "--",
+        "sh",
+        "-c",
+        "sh -c 'echo $ROCMGUARD_VRAM_LIMIT $ROCMGUARD_TRIM_THRESHOLD $ROCMGUARD_STATS; grep -q librocmguard.so /proc/self/maps && echo mapped'",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(stdout(&out), "20GiB 0.7 1\nmapped\n", "{}", text(&out));
+}
+
+#[test]
+fn every_key_is_an_option_and_set_takes_any() {
+    let help = stdout(&run(&["--help"]));
+    for key in KEYS {
+        assert!(
+            help.contains(&key.var()),
+            "{} missing from --help:\n{}",
+            key.var(),
+            help
+        );
+    }
+    assert!(
+        help.contains("--cap <VRAM_LIMIT>") && help.contains("--trim-threshold"),
+        "{}",
+        help
+    );
+
+    let vars = env_under(cli_command().args([
+        "run",
+        "--headroom",
+        "512MiB",
+        "--set",
+        "retries=5",
+        "--set",
+        "ROCMGUARD_MAX_SPLIT=64MiB",
+        "--set",
+        "host-reserve=12GiB",
+        "--uma=0",
+        "--",
+        "env",
+    ]));
+    for expected in [
+        "ROCMGUARD_HEADROOM=512MiB",
+        "ROCMGUARD_RETRIES=5",
+        "ROCMGUARD_MAX_SPLIT=64MiB",
+        "ROCMGUARD_HOST_RESERVE=12GiB",
+        "ROCMGUARD_UMA=0",
+    ] {
+        assert!(
+            vars.iter().any(|v| v == expected),
+            "{} not in {:?}",
+            expected,
+            vars
+        );
+    }
+}
+
+#[test]
+fn each_profile_reaches_the_command_and_says_why() {
+    for profile in profiles::builtin() {
+        let out = output(cli_command().args(["run", "--profile", &profile.name, "--", "env"]));
+        assert!(out.status.success(), "{}: {}", profile.name, text(&out));
+        let vars = stdout(&out);
+        let said = stderr(&out);
+        assert!(
+            said.contains(&format!("profile {}", profile.name)),
+            "{}",
+            said
+        );
+        for s in &profile.settings {
+            let line = format!("{}={}", s.var, s.value);
+            assert!(
+                vars.lines().any(|l| l == line),
+                "{}: {} not in\n{}",
+                profile.name,
+                line,
+                vars
+            );
+            assert!(
+                said.contains(&line) && said.contains(&s.why),
+                "{}: {} unexplained:\n{}",
+                profile.name,
+                line,
+                said
+            );
+        }
+        assert!(vars
+            .lines()
+            .any(|l| l == format!("ROCMGUARD_PROFILE={}", profile.name)));
+    }
+    // --quiet keeps stderr for the program.
+    let out = run(&["--quiet", "--profile", "debug", "--", "true"]);
+    assert!(stderr(&out).is_empty(), "{}", text(&out));
+}
+
+#[test]
+fn options_win_over_profiles_which_win_over_the_environment() {
+    let out = output(
+        cli_command()
+            .env("HSA_OVERRIDE_GFX_VERSION", "11.0.0")
+            .env("ROCMGUARD_HEADROOM", "3GiB")
+            .args([
+                "run",
+                "--profile",
+                "24gb",
+                "--profile",
+                "rdna2",
+                "--cap",
+                "18GiB",
+                "--",
+                "env",
+            ]),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let vars = stdout(&out);
+    for expected in [
+        "ROCMGUARD_VRAM_LIMIT=18GiB",
+        "ROCMGUARD_HEADROOM=1GiB",
+        "HSA_OVERRIDE_GFX_VERSION=10.3.0",
+        "ROCMGUARD_PROFILE=24gb,rdna2",
+    ] {
+        assert!(
+            vars.lines().any(|l| l == expected),
+            "{} not in\n{}",
+            expected,
+            vars
+        );
+    }
+    let said = stderr(&out);
+    assert!(said.contains("[replaced: --cap sets 18GiB]"), "{}", said);
+    assert!(
+        said.contains("[was 11.0.0 in your environment]"),
+        "{}",
+        said
+    );
+}
+
+#[test]
+fn user_profiles_from_a_file_and_the_default_place() {
+    let dir = scratch_dir("cli-run-profiles");
+    let file = dir.join("mine.toml");
+    std::fs::write(
+        &file,
+        "[box]\nabout = \"my box\"\nextends = \"24gb\"\ncap = \"21GiB\"\nenv.MIOPEN_FIND_MODE = { value = \"FAST\", why = \"tuning takes hours\" }\n",
+    )
+    .unwrap();
+    let out = output(
+        cli_command()
+            .arg("run")
+            .arg("--profile-file")
+            .arg(&file)
+            .args(["--profile", "box", "--", "env"]),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let vars = stdout(&out);
+    for expected in [
+        "ROCMGUARD_VRAM_LIMIT=21GiB",
+        "ROCMGUARD_HEADROOM=1GiB",
+        "MIOPEN_FIND_MODE=FAST",
+    ] {
+        assert!(
+            vars.lines().any(|l| l == expected),
+            "{} not in\n{}",
+            expected,
+            vars
+        );
+    }
+    assert!(
+        stderr(&out).contains("tuning takes hours"),
+        "{}",
+        text(&out)
+    );
+
+    // $XDG_CONFIG_HOME/rocmguard/profiles.toml is read without an option, and listed.
+    let config = dir.join("config");
+    std::fs::create_dir_all(config.join("rocmguard")).unwrap();
+    std::fs::copy(&file, config.join("rocmguard/profiles.toml")).unwrap();
+    let out = output(
+        cli_command()
+            .env("XDG_CONFIG_HOME", &config)
+            .args(["run", "--list-profiles"]),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let listed = stdout(&out);
+    assert!(
+        listed.contains("box (from ") && listed.contains("MIOPEN_FIND_MODE=FAST"),
+        "{}",
+        listed
+    );
+    for p in profiles::builtin() {
+        assert!(listed.contains(&p.about), "{} missing:\n{}", p.name, listed);
+    }
+
+    // A bad file names the file, the profile and the problem.
+    std::fs::write(&file, "[box]\ncap = \"lots\"\n").unwrap();
+    let out = output(
+        cli_command()
+            .arg("run")
+            .arg("--profile-file")
+            .arg(&file)
+            .args(["--profile", "box", "true"]),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("mine.toml") && said.contains("`box`") && said.contains("lots"),
+        "{}",
+        said
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn errors_name_what_was_wrong_and_what_to_do() {
+    let out = run(&["--cap", "20XB", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--cap") && stderr(&out).contains("unknown unit"),
+        "{}",
+        text(&out)
+    );
+
+    let out = run(&["--set", "vram_limt=1G", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("unknown key `vram_limt`") && stderr(&out).contains("vram_limit"),
+        "{}",
+        text(&out)
+    );
+
+    let out = run(&["--profile", "rdna3", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no profile `rdna3`") && stderr(&out).contains("strix-halo"),
+        "{}",
+        text(&out)
+    );
+
+    let out = run(&["--", "rocmguard-no-such-command"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        stderr(&out).contains("cannot run `rocmguard-no-such-command`: not found"),
+        "{}",
+        text(&out)
+    );
+
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("COMMAND"), "{}", text(&out));
+
+    let out = output(
+        cli_command()
+            .env("ROCMGUARD_LIB", "/nonexistent/librocmguard.so")
+            .args(["run", "true"]),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("ROCMGUARD_LIB /nonexistent/librocmguard.so"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn finds_the_library_in_an_installed_layout() {
+    let dir = scratch_dir("cli-run-layout");
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    std::fs::copy(cli(), dir.join("bin/rocmguard")).unwrap();
+    std::fs::copy(shim_lib(), dir.join("lib/librocmguard.so")).unwrap();
+    let out = output(
+        Command::new(dir.join("bin/rocmguard"))
+            .env_remove("ROCMGUARD_LIB")
+            .env_remove("LD_PRELOAD")
+            .args([
+                "run",
+                "--dry-run",
+                "--cap",
+                "8GiB",
+                "--",
+                "python",
+                "my script.py",
+            ]),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let lib = dir.join("lib/librocmguard.so").canonicalize().unwrap();
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "LD_PRELOAD={}\nROCMGUARD_VRAM_LIMIT=8GiB\nexec python 'my script.py'\n",
+            lib.display()
+        )
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn help_reads_well() {
+    for args in [
+        &["--help"][..],
+        &["run", "--help"],
+        &["doctor", "--help"],
+        &["stats", "--help"],
+    ] {
+        let out = output(cli_command().args(args));
+        assert!(out.status.success(), "{:?}: {}", args, text(&out));
+        let help = stdout(&out);
+        assert!(help.contains("Usage: rocmguard"), "{:?}: {}", args, help);
+    }
+    let top = stdout(&output(cli_command().arg("--help")));
+    for sub in ["run", "doctor", "stats"] {
+        assert!(top.contains(&format!("  {} ", sub)), "{}", top);
+    }
+    assert!(
+        !top.contains("doctor-probe"),
+        "the probe is hidden: {}",
+        top
+    );
+}
