@@ -1,0 +1,113 @@
+//! Logging to the program's stderr and, with `ROCMGUARD_LOG_FILE`, to a file (for programs
+//! without a console). Lines look like the Linux library's: `  WARN rocmguard: ...`.
+//!
+//! Written with `WriteFile` on the standard error handle rather than through `std::io::stderr`:
+//! the exit table is printed while the process ends, when a lock of Rust's stderr may still be
+//! held by a thread that no longer exists.
+
+use std::fmt::Arguments;
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Mutex;
+
+use rocmguard_core::Config;
+
+use crate::win;
+
+const OFF: u8 = 0;
+const ERROR: u8 = 1;
+const WARN: u8 = 2;
+const INFO: u8 = 3;
+
+/// Until `init`, warnings and errors are printed (the level's default).
+static LEVEL: AtomicU8 = AtomicU8::new(WARN);
+static FILE: Mutex<Option<File>> = Mutex::new(None);
+
+/// Sets the level and the file from the configuration and prints bad-value warnings, once.
+pub fn init(config: &Config, warnings: &[String]) {
+    let level = match config.log.as_str() {
+        "off" => OFF,
+        "error" => ERROR,
+        "info" | "debug" | "trace" => INFO,
+        _ => WARN,
+    };
+    LEVEL.store(level, Ordering::Relaxed);
+    if let Some(path) = &config.log_file {
+        match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            Ok(f) => *FILE.lock().unwrap_or_else(|e| e.into_inner()) = Some(f),
+            Err(e) => warn(format_args!("cannot open the log file {}: {}", path, e)),
+        }
+    }
+    for w in warnings {
+        warn(format_args!("{}", w.trim_start_matches("rocmguard: ")));
+    }
+}
+
+fn emit(level: u8, tag: &str, args: Arguments) {
+    if level <= LEVEL.load(Ordering::Relaxed) {
+        write_all(&format!("{:>5} rocmguard: {}\n", tag, args));
+    }
+}
+
+pub fn error(args: Arguments) {
+    emit(ERROR, "ERROR", args);
+}
+
+pub fn warn(args: Arguments) {
+    emit(WARN, "WARN", args);
+}
+
+pub fn info(args: Arguments) {
+    emit(INFO, "INFO", args);
+}
+
+/// The one line printed at first use, whatever the level (unless the log is off).
+pub fn first_use(face: &str, config: &Config) {
+    if config.log != "off" {
+        write_all(&format!(
+            "rocmguard {}: guarding {} device memory | {}\n",
+            env!("CARGO_PKG_VERSION"),
+            face,
+            config.summary()
+        ));
+    }
+}
+
+/// Writes `text` to stderr and the log file, whole.
+pub fn write_all(text: &str) {
+    write(text, true);
+}
+
+/// As `write_all` while the process ends: a file lock held by a thread that is gone is skipped.
+pub fn write_at_exit(text: &str) {
+    write(text, false);
+}
+
+fn write(text: &str, wait: bool) {
+    // SAFETY: the process's own standard error handle (possibly null or invalid: then the
+    // write fails and nothing happens).
+    unsafe {
+        let handle = win::GetStdHandle(win::STD_ERROR_HANDLE);
+        let mut rest = text.as_bytes();
+        while !rest.is_empty() && !handle.is_null() {
+            let mut written = 0u32;
+            let chunk = rest.len().min(u32::MAX as usize) as u32;
+            let ok = win::WriteFile(handle, rest.as_ptr(), chunk, &mut written, std::ptr::null_mut());
+            if ok == 0 || written == 0 {
+                break;
+            }
+            rest = &rest[written as usize..];
+        }
+    }
+    let file = if wait {
+        Some(FILE.lock().unwrap_or_else(|e| e.into_inner()))
+    } else {
+        FILE.try_lock().ok()
+    };
+    if let Some(mut file) = file {
+        if let Some(f) = file.as_mut() {
+            let _ = f.write_all(text.as_bytes());
+        }
+    }
+}
