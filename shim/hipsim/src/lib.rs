@@ -13,7 +13,7 @@
 //! Layout: `api` holds the exports and nothing else; `state` the locked process state and
 //! counters; `memory` allocations and faults; `streams` streams, pools and capture; `work` the
 //! queue of simulated GPU work; `props` device properties; `error` codes and the last error;
-//! `sys` the Unix-specific parts (mmap, own-symbol lookup).
+//! `sys` the platform-specific parts (mmap or VirtualAlloc, own-symbol lookup).
 
 /// Declares one exported HIP entry point and binds it to its ROCm version node with `.symver`
 /// (`build.rs` defines the nodes), so each export is written once and carries its version.
@@ -43,6 +43,5 @@ mod memory;
 mod props;
 mod state;
 mod streams;
-#[cfg(unix)]
 mod sys;
 mod work;

@@ -1,10 +1,13 @@
-//! Everything that is specific to Unix: mapping the host memory behind "device" pointers and
-//! finding this library's own exports. A Windows build would replace this module alone
-//! (`VirtualAlloc`/`VirtualFree`, `GetModuleHandleExW` + `GetProcAddress`).
+//! Everything that is specific to the platform: mapping the host memory behind "device"
+//! pointers and finding this library's own exports. Unix uses `mmap` and `dladdr` + `dlsym`;
+//! Windows (the `amdhip64_6.dll` build) uses `VirtualAlloc` and `GetModuleHandleExW` +
+//! `GetProcAddress`. Both offer `map`, `unmap`, `own_symbol` and the page size behind
+//! `mapped_len`.
 
-use std::ffi::{c_void, CStr};
-use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+#[cfg(unix)]
+pub use unix::{map, own_symbol, unmap};
+#[cfg(windows)]
+pub use windows::{map, own_symbol, unmap};
 
 /// Allocations of at least this size get addresses aligned to it, like the real runtime's
 /// large-page allocations.
@@ -12,106 +15,259 @@ pub const LARGE: usize = 2 << 20;
 
 /// Bytes that `map(size)` reserves and `unmap` must be given back: `size` rounded up to pages.
 pub fn mapped_len(size: usize) -> Option<usize> {
-    let page = page_size();
+    #[cfg(unix)]
+    let page = unix::page_size();
+    #[cfg(windows)]
+    let page = windows::page_size();
     size.checked_add(page - 1).map(|n| n / page * page)
 }
 
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if page > 0 {
-        page as usize
-    } else {
-        4096
-    }
-}
+#[cfg(unix)]
+mod unix {
+    use std::ffi::{c_void, CStr};
+    use std::ptr;
+    use std::sync::atomic::{AtomicPtr, Ordering};
 
-/// Maps `mapped_len(size)` bytes of zeroed, lazily committed memory: address aligned to 2 MiB
-/// when `size >= LARGE` (over-map, then trim both ends), page-aligned (so >= 256) otherwise.
-/// `MAP_NORESERVE` lets a 16 GiB simulated device cost nothing until pages are touched.
-pub fn map(size: usize) -> Option<*mut u8> {
-    let len = mapped_len(size)?;
-    let align = if size >= LARGE { LARGE } else { 1 };
-    let reserve = len.checked_add(align - 1)?;
-    // SAFETY: an anonymous private mapping at an address of the kernel's choosing.
-    let base = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            reserve,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return None;
-    }
-    let base = base as usize;
-    let start = (base + align - 1) / align * align;
-    let end = start + len;
-    // SAFETY: both ranges lie inside the mapping made above and nothing else refers to them.
-    unsafe {
-        if start > base {
-            libc::munmap(base as *mut c_void, start - base);
-        }
-        if base + reserve > end {
-            libc::munmap(end as *mut c_void, base + reserve - end);
+    use super::{mapped_len, LARGE};
+
+    pub fn page_size() -> usize {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if page > 0 {
+            page as usize
+        } else {
+            4096
         }
     }
-    Some(start as *mut u8)
-}
 
-/// Returns a range made by `map(size)`.
-///
-/// # Safety
-/// `ptr` must come from `map(size)` with the same `size`, and not be used afterwards.
-pub unsafe fn unmap(ptr: *mut u8, size: usize) {
-    if let Some(len) = mapped_len(size) {
-        libc::munmap(ptr as *mut c_void, len);
+    /// Maps `mapped_len(size)` bytes of zeroed, lazily committed memory: address aligned to 2 MiB
+    /// when `size >= LARGE` (over-map, then trim both ends), page-aligned (so >= 256) otherwise.
+    /// `MAP_NORESERVE` lets a 16 GiB simulated device cost nothing until pages are touched.
+    pub fn map(size: usize) -> Option<*mut u8> {
+        let len = mapped_len(size)?;
+        let align = if size >= LARGE { LARGE } else { 1 };
+        let reserve = len.checked_add(align - 1)?;
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing.
+        let base = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                reserve,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return None;
+        }
+        let base = base as usize;
+        let start = (base + align - 1) / align * align;
+        let end = start + len;
+        // SAFETY: both ranges lie inside the mapping made above and nothing else refers to them.
+        unsafe {
+            if start > base {
+                libc::munmap(base as *mut c_void, start - base);
+            }
+            if base + reserve > end {
+                libc::munmap(end as *mut c_void, base + reserve - end);
+            }
+        }
+        Some(start as *mut u8)
     }
-}
 
-/// The address of `name` as this library itself defines it, whatever a preloaded library
-/// exports under the same name: the lookup goes through this library's own handle, as the real
-/// runtime's `hipGetProcAddress` does. Null when there is no such export.
-pub fn own_symbol(name: &CStr) -> *mut c_void {
-    let handle = own_handle();
-    if handle.is_null() {
-        return ptr::null_mut();
+    /// Returns a range made by `map(size)`.
+    ///
+    /// # Safety
+    /// `ptr` must come from `map(size)` with the same `size`, and not be used afterwards.
+    pub unsafe fn unmap(ptr: *mut u8, size: usize) {
+        if let Some(len) = mapped_len(size) {
+            libc::munmap(ptr as *mut c_void, len);
+        }
     }
-    // SAFETY: a live handle (never closed) and a NUL-terminated name.
-    unsafe { libc::dlsym(handle, name.as_ptr()) }
-}
 
-fn own_handle() -> *mut c_void {
-    static HANDLE: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
-    let cached = HANDLE.load(Ordering::Acquire);
-    if !cached.is_null() {
-        return cached;
-    }
-    // SAFETY: dladdr fills `info` for an address inside this library; its file name is then
-    // reopened without loading anything new (RTLD_NOLOAD) to get this library's handle.
-    let handle = unsafe {
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        let here = own_handle as *const c_void;
-        if libc::dladdr(here, &mut info) == 0 || info.dli_fname.is_null() {
+    /// The address of `name` as this library itself defines it, whatever a preloaded library
+    /// exports under the same name: the lookup goes through this library's own handle, as the real
+    /// runtime's `hipGetProcAddress` does. Null when there is no such export.
+    pub fn own_symbol(name: &CStr) -> *mut c_void {
+        let handle = own_handle();
+        if handle.is_null() {
             return ptr::null_mut();
         }
-        libc::dlopen(
-            info.dli_fname,
-            libc::RTLD_NOLOAD | libc::RTLD_LAZY | libc::RTLD_LOCAL,
-        )
-    };
-    if !handle.is_null()
-        && HANDLE
-            .compare_exchange(ptr::null_mut(), handle, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-    {
-        // Another thread cached its handle first; drop the extra reference.
-        // SAFETY: `handle` came from the dlopen above.
-        unsafe { libc::dlclose(handle) };
-        return HANDLE.load(Ordering::Acquire);
+        // SAFETY: a live handle (never closed) and a NUL-terminated name.
+        unsafe { libc::dlsym(handle, name.as_ptr()) }
     }
-    handle
+
+    fn own_handle() -> *mut c_void {
+        static HANDLE: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
+        let cached = HANDLE.load(Ordering::Acquire);
+        if !cached.is_null() {
+            return cached;
+        }
+        // SAFETY: dladdr fills `info` for an address inside this library; its file name is then
+        // reopened without loading anything new (RTLD_NOLOAD) to get this library's handle.
+        let handle = unsafe {
+            let mut info: libc::Dl_info = std::mem::zeroed();
+            let here = own_handle as *const c_void;
+            if libc::dladdr(here, &mut info) == 0 || info.dli_fname.is_null() {
+                return ptr::null_mut();
+            }
+            libc::dlopen(
+                info.dli_fname,
+                libc::RTLD_NOLOAD | libc::RTLD_LAZY | libc::RTLD_LOCAL,
+            )
+        };
+        if !handle.is_null()
+            && HANDLE
+                .compare_exchange(ptr::null_mut(), handle, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            // Another thread cached its handle first; drop the extra reference.
+            // SAFETY: `handle` came from the dlopen above.
+            unsafe { libc::dlclose(handle) };
+            return HANDLE.load(Ordering::Acquire);
+        }
+        handle
+    }
+}
+
+#[cfg(windows)]
+mod windows {
+    use std::ffi::{c_void, CStr};
+    use std::ptr;
+    use std::sync::atomic::{AtomicPtr, Ordering};
+
+    use super::{mapped_len, LARGE};
+
+    const MEM_COMMIT: u32 = 0x1000;
+    const MEM_RESERVE: u32 = 0x2000;
+    const MEM_RELEASE: u32 = 0x8000;
+    const PAGE_NOACCESS: u32 = 0x01;
+    const PAGE_READWRITE: u32 = 0x04;
+    const GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT: u32 = 0x2;
+    const GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS: u32 = 0x4;
+
+    /// `SYSTEM_INFO`.
+    #[repr(C)]
+    struct SystemInfo {
+        oem_id: u32,
+        page_size: u32,
+        minimum_application_address: *mut c_void,
+        maximum_application_address: *mut c_void,
+        active_processor_mask: usize,
+        number_of_processors: u32,
+        processor_type: u32,
+        allocation_granularity: u32,
+        processor_level: u16,
+        processor_revision: u16,
+    }
+
+    /// `MEMORY_BASIC_INFORMATION`.
+    #[repr(C)]
+    struct MemoryBasicInformation {
+        base_address: *mut c_void,
+        allocation_base: *mut c_void,
+        allocation_protect: u32,
+        partition_id: u16,
+        region_size: usize,
+        state: u32,
+        protect: u32,
+        kind: u32,
+    }
+
+    #[link(name = "kernel32")]
+    extern "system" {
+        fn GetSystemInfo(info: *mut SystemInfo);
+        fn VirtualAlloc(addr: *mut c_void, size: usize, kind: u32, protect: u32) -> *mut c_void;
+        fn VirtualFree(addr: *mut c_void, size: usize, kind: u32) -> i32;
+        fn VirtualQuery(
+            addr: *const c_void,
+            info: *mut MemoryBasicInformation,
+            len: usize,
+        ) -> usize;
+        fn GetModuleHandleExW(flags: u32, name: *const u16, module: *mut *mut c_void) -> i32;
+        fn GetProcAddress(module: *mut c_void, name: *const u8) -> *mut c_void;
+    }
+
+    pub fn page_size() -> usize {
+        // SAFETY: GetSystemInfo fills the struct it is given and cannot fail.
+        let page = unsafe {
+            let mut info: SystemInfo = std::mem::zeroed();
+            GetSystemInfo(&mut info);
+            info.page_size as usize
+        };
+        if page > 0 {
+            page
+        } else {
+            4096
+        }
+    }
+
+    /// Commits `mapped_len(size)` bytes of zeroed memory (pages become real when touched):
+    /// address aligned to 2 MiB when `size >= LARGE` (reserve more, commit the aligned part),
+    /// aligned to the 64 KiB allocation granularity (so >= 256) otherwise. `unmap` releases the
+    /// whole reservation, found again with `VirtualQuery`.
+    pub fn map(size: usize) -> Option<*mut u8> {
+        let len = mapped_len(size)?;
+        let align = if size >= LARGE { LARGE } else { 1 };
+        let reserve = len.checked_add(align - 1)?;
+        // SAFETY: a fresh reservation at an address of the system's choosing; the commit lies
+        // inside it, and a failed commit gives the reservation back.
+        unsafe {
+            let base = VirtualAlloc(ptr::null_mut(), reserve, MEM_RESERVE, PAGE_NOACCESS);
+            if base.is_null() {
+                return None;
+            }
+            let start = (base as usize + align - 1) / align * align;
+            let committed = VirtualAlloc(start as *mut c_void, len, MEM_COMMIT, PAGE_READWRITE);
+            if committed.is_null() {
+                VirtualFree(base, 0, MEM_RELEASE);
+                return None;
+            }
+            Some(start as *mut u8)
+        }
+    }
+
+    /// Returns a range made by `map(size)`.
+    ///
+    /// # Safety
+    /// `ptr` must come from `map(size)` with the same `size`, and not be used afterwards.
+    pub unsafe fn unmap(ptr: *mut u8, size: usize) {
+        let _ = size;
+        let mut info: MemoryBasicInformation = std::mem::zeroed();
+        let len = std::mem::size_of::<MemoryBasicInformation>();
+        if VirtualQuery(ptr as *const c_void, &mut info, len) == len {
+            VirtualFree(info.allocation_base, 0, MEM_RELEASE);
+        }
+    }
+
+    /// The address of `name` as this DLL itself exports it, looked up through its own module
+    /// handle, whatever another module exports under the same name (as the real runtime's
+    /// `hipGetProcAddress` does). Null when there is no such export.
+    pub fn own_symbol(name: &CStr) -> *mut c_void {
+        let module = own_module();
+        if module.is_null() {
+            return ptr::null_mut();
+        }
+        // SAFETY: a module that stays loaded while its own code runs, a NUL-terminated name.
+        unsafe { GetProcAddress(module, name.as_ptr() as *const u8) }
+    }
+
+    fn own_module() -> *mut c_void {
+        static MODULE: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
+        let cached = MODULE.load(Ordering::Acquire);
+        if !cached.is_null() {
+            return cached;
+        }
+        let mut module = ptr::null_mut();
+        let flags =
+            GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT;
+        // SAFETY: with FROM_ADDRESS the name is an address inside this DLL; no reference taken.
+        let found = unsafe { GetModuleHandleExW(flags, own_module as *const u16, &mut module) };
+        if found == 0 {
+            return ptr::null_mut();
+        }
+        MODULE.store(module, Ordering::Release);
+        module
+    }
 }
