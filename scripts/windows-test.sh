@@ -161,6 +161,13 @@ for how in linked loaded; do
     want procaddr_past_cap 2
     verdict "$how: functions from hipGetProcAddress are guarded"
 
+    w HIPSIM_VRAM=1536MiB $RUN --cap 1GiB -- $P spawn
+    want total $GIB
+    want past_cap 2
+    want child_exit 0
+    want_rc 0
+    verdict "$how: a process the program starts (CreateProcessW) is guarded too"
+
     w $RUN -- $P exit 7
     want_rc 7
     verdict "$how: the program's exit code comes through the launcher"

@@ -1,9 +1,13 @@
-//! The loader's side: which imports we take over, and our `LoadLibrary` family and
-//! `GetProcAddress`. A program reaches the HIP runtime in one of three ways, and each ends here:
-//! an import table (patched at injection and after each load), a later `LoadLibrary` of the
-//! runtime or of a module that imports it by full path (AMD's wheels do this; after the real
-//! load we scan the new modules), or `GetProcAddress` on the runtime's handle (ctypes, Triton,
-//! delay-load helpers; answered with our hook for hooked names).
+//! The system's side: which imports we take over, and our `LoadLibrary` family,
+//! `GetProcAddress` and `CreateProcess`. A program reaches the HIP runtime in one of three ways,
+//! and each ends here: an import table (patched at injection and after each load), a later
+//! `LoadLibrary` of the runtime or of a module that imports it by full path (AMD's wheels do
+//! this; after the real load we scan the new modules), or `GetProcAddress` on the runtime's
+//! handle (ctypes, Triton, delay-load helpers; answered with our hook for hooked names).
+//!
+//! The processes the program starts are guarded too, as children inherit `LD_PRELOAD` on Linux:
+//! our `CreateProcess` starts them suspended, loads this DLL into them and lets them run (a
+//! venv's `python.exe` only starts the real interpreter; torchrun starts its ranks).
 
 use std::ffi::{c_void, CStr};
 use std::os::raw::c_char;
@@ -20,8 +24,9 @@ const BLAS_LIBS: &[&str] = &["rocblas", "hipblas", "miopen"];
 pub enum Import {
     Hip,
     Blas,
-    /// kernel32, kernelbase or the loader's api set: our `LoadLibrary` and `GetProcAddress`.
-    Loader,
+    /// kernel32, kernelbase or their api sets: our `LoadLibrary`, `GetProcAddress` and
+    /// `CreateProcess`.
+    System,
 }
 
 /// What kind of import a DLL name (lower-case) stands for, if we hook any of its functions.
@@ -33,8 +38,9 @@ pub fn import_kind(dll: &str) -> Option<Import> {
     } else if dll == "kernel32.dll"
         || dll == "kernelbase.dll"
         || dll.starts_with("api-ms-win-core-libraryloader-")
+        || dll.starts_with("api-ms-win-core-processthreads-")
     {
-        Some(Import::Loader)
+        Some(Import::System)
     } else {
         None
     }
@@ -46,7 +52,7 @@ pub fn hook_for_import(kind: Import, name: &[u8], real: usize) -> Option<usize> 
     match kind {
         Import::Hip => crate::hip::hook_for(name, real),
         Import::Blas => crate::blas::hook_for(name, real),
-        Import::Loader => loader_hook(name),
+        Import::System => system_hook(name),
     }
 }
 
@@ -62,13 +68,15 @@ pub fn hook_for_name(name: &[u8], real: usize) -> Option<usize> {
     }
 }
 
-fn loader_hook(name: &[u8]) -> Option<usize> {
+fn system_hook(name: &[u8]) -> Option<usize> {
     let hook = match name {
         b"LoadLibraryA" => load_library_a as usize,
         b"LoadLibraryW" => load_library_w as usize,
         b"LoadLibraryExA" => load_library_ex_a as usize,
         b"LoadLibraryExW" => load_library_ex_w as usize,
         b"GetProcAddress" => get_proc_address as usize,
+        b"CreateProcessA" => create_process_a as usize,
+        b"CreateProcessW" => create_process_w as usize,
         _ => return None,
     };
     Some(hook)
@@ -129,7 +137,7 @@ unsafe extern "system" fn get_proc_address(module: Module, name: *const c_char) 
     let _keep = win::KeepLastError::new();
     let hook = catch_unwind(AssertUnwindSafe(|| {
         let kind = import_kind(patch::file_name(&patch::path_of(module)))?;
-        if kind == Import::Loader {
+        if kind == Import::System {
             return None;
         }
         hook_for_import(kind, CStr::from_ptr(name).to_bytes(), found as usize)
@@ -138,4 +146,104 @@ unsafe extern "system" fn get_proc_address(module: Module, name: *const c_char) 
         Ok(Some(h)) => h as *mut c_void,
         _ => found,
     }
+}
+
+/// Whether a process about to be created gets the guard: not when the guard is off, nor under
+/// a debugger (the debugger owns its start).
+fn guard_child(flags: u32) -> bool {
+    flags & win::DEBUG_PROCESS == 0 && crate::config().map_or(false, |c| !c.disable) && !crate::degraded()
+}
+
+/// After the real `CreateProcess` started a child suspended for us: loads this DLL into it,
+/// then lets it run unless the caller asked for it suspended. A child we cannot guard still
+/// runs, and the log says so.
+fn guard_started(info: &win::ProcessInformation, flags: u32) {
+    let _keep = win::KeepLastError::new();
+    let injected = catch_unwind(|| {
+        rocmguard_inject::inject(info.process, std::path::Path::new(&patch::self_path()))
+    });
+    match injected {
+        Ok(Ok(())) => crate::log::info(format_args!("guarding child process {}", info.process_id)),
+        Ok(Err(why)) => crate::log::warn(format_args!(
+            "could not load rocmguard.dll into child process {}: {}; it runs UNGUARDED",
+            info.process_id, why
+        )),
+        Err(_) => crate::log::warn(format_args!(
+            "internal failure guarding child process {}; it runs UNGUARDED",
+            info.process_id
+        )),
+    }
+    if flags & win::CREATE_SUSPENDED == 0 {
+        if let Err(why) = rocmguard_inject::resume(info.thread) {
+            crate::log::error(format_args!("child process {}: {}", info.process_id, why));
+        }
+    }
+}
+
+/// `CreateProcessA`, with the child guarded.
+#[allow(clippy::too_many_arguments)]
+unsafe extern "system" fn create_process_a(
+    application: *const c_char,
+    command_line: *mut c_char,
+    process_attributes: *mut c_void,
+    thread_attributes: *mut c_void,
+    inherit_handles: i32,
+    flags: u32,
+    environment: *mut c_void,
+    current_directory: *const c_char,
+    startup_info: *mut c_void,
+    information: *mut win::ProcessInformation,
+) -> i32 {
+    let guard = !information.is_null() && guard_child(flags);
+    let extra = if guard { win::CREATE_SUSPENDED } else { 0 };
+    let ok = win::CreateProcessA(
+        application,
+        command_line,
+        process_attributes,
+        thread_attributes,
+        inherit_handles,
+        flags | extra,
+        environment,
+        current_directory,
+        startup_info,
+        information,
+    );
+    if ok != 0 && guard {
+        guard_started(&*information, flags);
+    }
+    ok
+}
+
+/// `CreateProcessW`, with the child guarded.
+#[allow(clippy::too_many_arguments)]
+unsafe extern "system" fn create_process_w(
+    application: *const u16,
+    command_line: *mut u16,
+    process_attributes: *mut c_void,
+    thread_attributes: *mut c_void,
+    inherit_handles: i32,
+    flags: u32,
+    environment: *mut c_void,
+    current_directory: *const u16,
+    startup_info: *mut c_void,
+    information: *mut win::ProcessInformation,
+) -> i32 {
+    let guard = !information.is_null() && guard_child(flags);
+    let extra = if guard { win::CREATE_SUSPENDED } else { 0 };
+    let ok = win::CreateProcessW(
+        application,
+        command_line,
+        process_attributes,
+        thread_attributes,
+        inherit_handles,
+        flags | extra,
+        environment,
+        current_directory,
+        startup_info,
+        information,
+    );
+    if ok != 0 && guard {
+        guard_started(&*information, flags);
+    }
+    ok
 }

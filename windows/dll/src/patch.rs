@@ -11,6 +11,7 @@
 //! exports stay its own, as `hipGetProcAddress` needs.
 
 use std::ffi::{c_void, CStr};
+use std::os::windows::ffi::OsStringExt;
 use std::os::raw::c_char;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -60,10 +61,26 @@ pub fn modules() -> Vec<Module> {
 
 /// The module's full path, lower-cased (module names on Windows ignore case).
 pub fn path_of(module: Module) -> String {
-    let mut buf = vec![0u16; 1024];
-    // SAFETY: a buffer of the size given.
-    let n = unsafe { win::GetModuleFileNameW(module, buf.as_mut_ptr(), buf.len() as u32) };
-    String::from_utf16_lossy(&buf[..n as usize]).to_lowercase()
+    module_path(module).to_string_lossy().to_lowercase()
+}
+
+/// The module's full path as the loader has it.
+pub fn module_path(module: Module) -> std::ffi::OsString {
+    let mut buf = vec![0u16; 512];
+    loop {
+        // SAFETY: a buffer of the size given.
+        let n = unsafe { win::GetModuleFileNameW(module, buf.as_mut_ptr(), buf.len() as u32) };
+        // A full buffer means the path was cut short; paths end well below 32767 units.
+        if (n as usize) < buf.len() || buf.len() >= 32768 {
+            return std::ffi::OsString::from_wide(&buf[..(n as usize).min(buf.len())]);
+        }
+        buf.resize(buf.len() * 4, 0);
+    }
+}
+
+/// This DLL's own path, to load it into the processes the program starts.
+pub fn self_path() -> std::ffi::OsString {
+    module_path(SELF.load(Ordering::Acquire) as Module)
 }
 
 /// The file name of a path.
@@ -147,7 +164,7 @@ unsafe fn read<T: Copy>(base: usize, offset: usize) -> T {
 }
 
 /// Rewrites the import slots of the module at `base` that a hook stands for. `loader_hooks`:
-/// also the `LoadLibrary` family and `GetProcAddress`. Returns how many slots now hold a hook.
+/// also the `LoadLibrary` family, `GetProcAddress` and `CreateProcess`. Returns how many slots now hold a hook.
 ///
 /// # Safety
 /// `base` is the address of a loaded PE image (a module handle).
@@ -192,7 +209,7 @@ unsafe fn patch_module(base: usize, loader_hooks: bool) -> Result<usize, String>
             .to_string_lossy()
             .to_ascii_lowercase();
         let kind = match crate::loader::import_kind(&dll) {
-            Some(crate::loader::Import::Loader) if !loader_hooks => continue,
+            Some(crate::loader::Import::System) if !loader_hooks => continue,
             Some(kind) => kind,
             None => continue,
         };

@@ -22,6 +22,10 @@ pub const PAGE_EXECUTE_READWRITE: u32 = 0x40;
 /// PAGE_EXECUTE, _READ, _READWRITE and _WRITECOPY.
 pub const PAGE_ANY_EXECUTE: u32 = 0x10 | 0x20 | 0x40 | 0x80;
 
+/// `CreateProcess` flags: start suspended; started under a debugger (left alone).
+pub const CREATE_SUSPENDED: u32 = 0x4;
+pub const DEBUG_PROCESS: u32 = 0x1 | 0x2; // DEBUG_PROCESS | DEBUG_ONLY_THIS_PROCESS
+
 pub const STD_ERROR_HANDLE: u32 = -12i32 as u32;
 
 /// `MEMORY_BASIC_INFORMATION`.
@@ -51,6 +55,15 @@ pub struct MemoryStatus {
     pub avail_extended_virtual: u64,
 }
 
+/// `PROCESS_INFORMATION`.
+#[repr(C)]
+pub struct ProcessInformation {
+    pub process: Handle,
+    pub thread: Handle,
+    pub process_id: u32,
+    pub thread_id: u32,
+}
+
 #[link(name = "kernel32")]
 extern "system" {
     pub fn GetModuleHandleExW(flags: u32, name: *const u16, module: *mut Module) -> i32;
@@ -59,6 +72,30 @@ extern "system" {
     pub fn LoadLibraryW(name: *const u16) -> Module;
     pub fn LoadLibraryExA(name: *const c_char, file: Handle, flags: u32) -> Module;
     pub fn LoadLibraryExW(name: *const u16, file: Handle, flags: u32) -> Module;
+    pub fn CreateProcessA(
+        application: *const c_char,
+        command_line: *mut c_char,
+        process_attributes: *mut c_void,
+        thread_attributes: *mut c_void,
+        inherit_handles: i32,
+        flags: u32,
+        environment: *mut c_void,
+        current_directory: *const c_char,
+        startup_info: *mut c_void,
+        information: *mut ProcessInformation,
+    ) -> i32;
+    pub fn CreateProcessW(
+        application: *const u16,
+        command_line: *mut u16,
+        process_attributes: *mut c_void,
+        thread_attributes: *mut c_void,
+        inherit_handles: i32,
+        flags: u32,
+        environment: *mut c_void,
+        current_directory: *const u16,
+        startup_info: *mut c_void,
+        information: *mut ProcessInformation,
+    ) -> i32;
     pub fn DisableThreadLibraryCalls(module: Module) -> i32;
     pub fn GetModuleFileNameW(module: Module, name: *mut u16, size: u32) -> u32;
     pub fn GetWindowsDirectoryW(buffer: *mut u16, size: u32) -> u32;

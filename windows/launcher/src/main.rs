@@ -3,7 +3,6 @@
 //! rocmguard.dll, resumes it, waits and exits with its exit code. Where the DLL cannot be
 //! injected, COMMAND runs all the same, unguarded, and the launcher says so.
 
-mod inject;
 mod options;
 
 use std::ffi::OsString;
@@ -12,6 +11,8 @@ use std::os::windows::io::AsRawHandle;
 use std::os::windows::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use rocmguard_inject as inject;
 
 /// The DLL's file name, looked for beside this program.
 const DLL_NAME: &str = "rocmguard.dll";
@@ -152,7 +153,7 @@ fn launch(run: options::Run) -> i32 {
             name
         );
     }
-    if let Err(why) = inject::resume(&thread) {
+    if let Err(why) = inject::resume(thread.0) {
         eprintln!("rocmguard: cannot start `{}`: {}", name, why);
         let _ = child.kill();
         return 126;

@@ -147,9 +147,37 @@ static void procaddr(void) {
     printf("procaddr_past_cap %d\n", mall(&b, 600 * MiB));
 }
 
+/* Starts this program again as `guard cap` with CreateProcessW, as a venv's python.exe starts
+ * the real interpreter, and passes its exit code on; the child prints the `cap` lines. */
+static int spawn(void) {
+    wchar_t exe[MAX_PATH], cmd[MAX_PATH + 16];
+    if (!GetModuleFileNameW(NULL, exe, MAX_PATH)) return 93;
+    swprintf(cmd, sizeof cmd / sizeof cmd[0], L"\"%ls\" cap", exe);
+    STARTUPINFOW si;
+    PROCESS_INFORMATION pi;
+    memset(&si, 0, sizeof si);
+    si.cb = sizeof si;
+    si.dwFlags = STARTF_USESTDHANDLES;
+    si.hStdInput = GetStdHandle(STD_INPUT_HANDLE);
+    si.hStdOutput = GetStdHandle(STD_OUTPUT_HANDLE);
+    si.hStdError = GetStdHandle(STD_ERROR_HANDLE);
+    if (!CreateProcessW(exe, cmd, NULL, NULL, TRUE, 0, NULL, NULL, &si, &pi)) {
+        fprintf(stderr, "CreateProcessW failed: %lu\n", GetLastError());
+        return 94;
+    }
+    DWORD code = 0;
+    WaitForSingleObject(pi.hProcess, INFINITE);
+    GetExitCodeProcess(pi.hProcess, &code);
+    CloseHandle(pi.hThread);
+    CloseHandle(pi.hProcess);
+    printf("child_exit %lu\n", code);
+    return (int)code;
+}
+
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     const char* what = argc > 1 ? argv[1] : "";
+    if (!strcmp(what, "spawn")) return spawn();
     load();
     if (!strcmp(what, "cap")) cap();
     else if (!strcmp(what, "transient")) transient();
@@ -162,7 +190,7 @@ int main(int argc, char** argv) {
         OK(CALL(hipFree)(p));
         return argc > 2 ? atoi(argv[2]) : 0;
     } else {
-        fprintf(stderr, "usage: guard cap|transient|blas|workspace|procaddr|exit N\n");
+        fprintf(stderr, "usage: guard cap|transient|blas|workspace|procaddr|spawn|exit N\n");
         return 2;
     }
     return 0;

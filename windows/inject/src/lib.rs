@@ -1,6 +1,8 @@
-//! Loading rocmguard.dll into a child started suspended: the DLL's path is written into the
-//! child and a thread of the child runs `LoadLibraryW` on it (`CreateRemoteThread`), before the
-//! child's own code runs. `LoadLibraryW` lives in kernel32, which Windows maps at the same
+//! Loading rocmguard.dll into a child started suspended, before the child's own code runs: the
+//! DLL's path is written into the child and a thread of the child runs `LoadLibraryW` on it
+//! (`CreateRemoteThread`). Used by rocmguard.exe for the program it starts, and by rocmguard.dll
+//! for the processes that program starts in turn (a venv's `python.exe` is a launcher that
+//! starts the real interpreter; torchrun starts its ranks). `LoadLibraryW` lives in kernel32, which Windows maps at the same
 //! address in every process of a boot, so our address of it is the child's. The DLL hooks the
 //! child while it loads (its `DllMain`), so when the thread ends the child is guarded.
 //!
@@ -121,10 +123,10 @@ pub fn main_thread(pid: u32) -> Result<Owned, String> {
     }
 }
 
-/// Lets the suspended thread run.
-pub fn resume(thread: &Owned) -> Result<(), String> {
-    // SAFETY: a thread handle opened with THREAD_SUSPEND_RESUME.
-    if unsafe { ResumeThread(thread.0) } == u32::MAX {
+/// Lets a suspended thread run.
+pub fn resume(thread: Handle) -> Result<(), String> {
+    // SAFETY: a thread handle with THREAD_SUSPEND_RESUME access (ResumeThread checks it).
+    if unsafe { ResumeThread(thread) } == u32::MAX {
         return Err(last_error("ResumeThread"));
     }
     Ok(())
