@@ -431,3 +431,31 @@ fn help_reads_well() {
         top
     );
 }
+
+#[test]
+fn the_docs_list_every_profile_setting_and_key() {
+    let docs = std::fs::read_to_string(root().join("docs/cli.md")).unwrap();
+    for p in profiles::builtin() {
+        assert!(
+            docs.contains(&format!("| `{}` |", p.name)),
+            "{} missing from docs/cli.md",
+            p.name
+        );
+        for s in &p.settings {
+            let setting = format!("`{}={}`", s.var, s.value);
+            assert!(
+                docs.contains(&setting),
+                "{} of {} missing from docs/cli.md",
+                setting,
+                p.name
+            );
+        }
+    }
+    for key in KEYS {
+        assert!(
+            docs.contains(&format!("`{}`", key.var())),
+            "{} missing from docs/cli.md",
+            key.var()
+        );
+    }
+}

@@ -19,6 +19,8 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use rocmguard_core::topology::Machine;
+
+use crate::run::print_stdout;
 use serde::Serialize;
 
 #[derive(clap::Args)]
@@ -217,9 +219,9 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
             checks: &found,
             summary,
         };
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        print_stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
     } else {
-        print!("{}", render(&sysroot, &found, &summary));
+        print_stdout(&render(&sysroot, &found, &summary))?;
     }
     Ok(u8::from(found.iter().any(|c| c.status == Status::Fail)))
 }

@@ -7,7 +7,7 @@ pub mod keys;
 pub mod profiles;
 
 use std::ffi::{OsStr, OsString};
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -77,7 +77,7 @@ struct Assignment {
 pub fn exec(args: Args) -> Result<u8> {
     let catalog = Catalog::load(args.profile_file.as_deref())?;
     if args.list_profiles {
-        print!("{}", list_profiles(&catalog));
+        print_stdout(&list_profiles(&catalog))?;
         return Ok(0);
     }
 
@@ -123,16 +123,17 @@ pub fn exec(args: Args) -> Result<u8> {
         );
     }
     if args.dry_run {
-        println!("LD_PRELOAD={}", shell_quote(&preload.to_string_lossy()));
+        let mut text = format!("LD_PRELOAD={}\n", shell_quote(&preload.to_string_lossy()));
         for a in &assignments {
-            println!("{}={}", a.var, shell_quote(&a.value));
+            text.push_str(&format!("{}={}\n", a.var, shell_quote(&a.value)));
         }
         let words: Vec<String> = args
             .command
             .iter()
             .map(|w| shell_quote(&w.to_string_lossy()))
             .collect();
-        println!("exec {}", words.join(" "));
+        text.push_str(&format!("exec {}\n", words.join(" ")));
+        print_stdout(&text)?;
         return Ok(0);
     }
 
@@ -170,6 +171,16 @@ pub fn exec(args: Args) -> Result<u8> {
     })
 }
 
+/// Writes `text` to stdout. A reader that went away (`rocmguard doctor | head`) is not an error:
+/// `print!` would panic there.
+pub(crate) fn print_stdout(text: &str) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 /// `text` as a shell word: unchanged when it is plain, else in single quotes.
 fn shell_quote(text: &str) -> String {
     let plain = !text.is_empty()
@@ -198,7 +209,13 @@ fn explain(
         .max()
         .unwrap_or(0);
     let mut shown: Vec<&str> = Vec::new();
+    let mut printed: Vec<(&str, &str)> = Vec::new();
     for (from, s) in applied {
+        // A profile reached twice (named and extended) is explained once.
+        if printed.contains(&(from.as_str(), s.var.as_str())) {
+            continue;
+        }
+        printed.push((from, &s.var));
         if !shown.contains(&from.as_str()) {
             shown.push(from);
             let about = catalog.get(from).map(|p| p.about.as_str()).unwrap_or("");

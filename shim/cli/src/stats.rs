@@ -9,6 +9,8 @@ use std::time::{Duration, SystemTime};
 use rocmguard_core::live::{self, Record};
 use rocmguard_core::{format_size, Stats};
 
+use crate::run::print_stdout;
+
 /// A process that has not published for this long is shown as stale (stopped, or hung in the
 /// driver).
 const STALE_SECS: f64 = 5.0;
@@ -46,7 +48,7 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
     if !args.watch {
         return Ok(match frame(&dir, args.pid) {
             Ok(text) => {
-                print!("{}", text);
+                print_stdout(&text)?;
                 0
             }
             Err(text) => {
@@ -59,12 +61,15 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
     loop {
         let shown = frame(&dir, args.pid);
         // Clear the screen and go home, then draw: top's way, without a terminal library.
-        write!(out, "\x1b[2J\x1b[H")?;
-        match &shown {
-            Ok(text) => write!(out, "{}", text)?,
-            Err(text) => writeln!(out, "{}", text)?,
+        let text = match &shown {
+            Ok(text) => format!("\x1b[2J\x1b[H{}", text),
+            Err(text) => format!("\x1b[2J\x1b[H{}\n", text),
+        };
+        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            // The reader is gone (`rocmguard stats --watch | head`): so is the point.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
+            other => other?,
         }
-        out.flush()?;
         if shown.is_err() {
             // The one process we watched is gone.
             return Ok(0);

@@ -475,8 +475,7 @@ fn pytorch_alloc_conf(ctx: &Context) -> Check {
 }
 
 fn guard_preloaded(ctx: &Context) -> bool {
-    ctx.var("LD_PRELOAD")
-        .is_some_and(|p| p.contains(LIB_NAME))
+    ctx.var("LD_PRELOAD").is_some_and(|p| p.contains(LIB_NAME))
 }
 
 fn no_caching(ctx: &Context) -> Check {
