@@ -42,8 +42,10 @@ fn main() {
         );
         return;
     }
+    // By path, not -lamdhip64: a ROCm install's libamdhip64.so (Debian's has soname .so.5)
+    // must not be picked up from the system library directories instead of the stub.
     println!(
-        "cargo:rustc-cdylib-link-arg=-Wl,--push-state,--no-as-needed,-L{},-lamdhip64,--pop-state",
-        dir.display()
+        "cargo:rustc-cdylib-link-arg=-Wl,--push-state,--no-as-needed,{},--pop-state",
+        dir.join("libamdhip64.so").display()
     );
 }

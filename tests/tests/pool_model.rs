@@ -56,11 +56,23 @@ fn check(pool: &Pool<CountingSource>, live: &BTreeMap<u64, u64>) {
         assert!(addr >= end, "block at {:#x} overlaps the one before", addr);
         end = addr + size;
     }
-    assert_eq!(s.live, live.values().sum::<u64>(), "live bytes disagree with the model");
-    assert_eq!(s.allocs - s.frees, live.len() as u64, "live count disagrees");
+    assert_eq!(
+        s.live,
+        live.values().sum::<u64>(),
+        "live bytes disagree with the model"
+    );
+    assert_eq!(
+        s.allocs - s.frees,
+        live.len() as u64,
+        "live count disagrees"
+    );
     assert!(s.reserved >= s.live);
     assert!(s.peak_live >= s.live && s.peak_reserved >= s.reserved);
-    assert_eq!(s.reserved, pool.source().used(), "reserved disagrees with the device");
+    assert_eq!(
+        s.reserved,
+        pool.source().used(),
+        "reserved disagrees with the device"
+    );
     assert_eq!(s.reserved % (2 << 20), 0, "segments are 2 MiB multiples");
 }
 
@@ -84,11 +96,13 @@ fn run(ops: Vec<Op>, max_split: Option<u64>) {
                             s.source_allocs, before.source_allocs,
                             "a refusal by cap never calls the device"
                         );
+                        let segment = (n + (2 << 20) - 1) / (2 << 20) * (2 << 20);
                         assert!(
-                            n + s.live > s.cap / 2,
-                            "refused {} with live {} far under cap {}",
+                            n + s.live > s.cap || s.reserved + segment > s.cap,
+                            "refused {} with live {} and reserved {} under cap {}",
                             n,
                             s.live,
+                            s.reserved,
                             s.cap
                         );
                     }
@@ -117,7 +131,10 @@ fn run(ops: Vec<Op>, max_split: Option<u64>) {
     pool.trim_to(0);
     check(&pool, &live);
     let s = pool.stats();
-    assert_eq!(s.reserved, 0, "trim to 0 after freeing everything returns every byte");
+    assert_eq!(
+        s.reserved, 0,
+        "trim to 0 after freeing everything returns every byte"
+    );
     assert_eq!(pool.source().used(), 0);
     assert_eq!(s.source_allocs, s.source_frees);
 }
@@ -161,7 +178,10 @@ fn cap_refuses_without_calling_the_device() {
     assert_eq!(pool.stats().source_allocs, calls);
     assert_eq!(pool.stats().ooms, 1);
     pool.free(a);
-    assert!(pool.alloc(30 << 20).is_ok(), "after a free the program goes on within the cap");
+    assert!(
+        pool.alloc(30 << 20).is_ok(),
+        "after a free the program goes on within the cap"
+    );
 }
 
 #[test]
@@ -173,7 +193,9 @@ fn retry_after_device_oom_trims_the_cache() {
     let pool = Pool::new(CountingSource::new(64 << 20), o);
     let a = pool.alloc(40 << 20).unwrap();
     pool.free(a);
-    let b = pool.alloc(48 << 20).expect("the retry loop frees the cache and succeeds");
+    let b = pool
+        .alloc(48 << 20)
+        .expect("the retry loop frees the cache and succeeds");
     let s = pool.stats();
     assert!(s.source_frees >= 1, "the cached segment went back");
     assert_eq!(s.live, 48 << 20);
@@ -193,7 +215,11 @@ fn threshold_trims_oldest_free_segments() {
     }
     pool.synchronized(pool.quarantine_mark());
     let s = pool.stats();
-    assert!(s.reserved <= 128 << 20, "reserved {} stays above the threshold", s.reserved);
+    assert!(
+        s.reserved <= 128 << 20,
+        "reserved {} stays above the threshold",
+        s.reserved
+    );
     assert!(s.trims > 0);
 }
 
@@ -220,6 +246,9 @@ fn view_reports_the_cap() {
     assert_eq!(free, (512 << 20) - (100 << 20));
     let (free, _) = pool.view(1 << 20);
     let cached = pool.stats().reserved - (100 << 20);
-    assert!(free <= (1 << 20) + cached, "never more than the device has plus our cache");
+    assert!(
+        free <= (1 << 20) + cached,
+        "never more than the device has plus our cache"
+    );
     pool.free(a);
 }

@@ -204,22 +204,31 @@ impl<S: DeviceSource> Pool<S> {
                 st = self.synchronize_and_release(st);
                 continue;
             }
-            match self.grow(&mut st, rounded) {
-                Ok(()) => continue,
-                Err(e) if attempt < self.options.retries && is_retryable(e) => {
-                    attempt += 1;
-                    st.stats.retries += 1;
-                    st = self.synchronize_and_release(st);
-                    self.trim_locked(&mut st, 0);
-                    drop(st);
-                    std::thread::sleep(self.options.backoff * attempt);
-                    st = self.lock();
+            let error = match self.grow(&mut st, rounded) {
+                Ok(block) => {
+                    let oversize = self.options.max_split.unwrap_or(u64::MAX);
+                    return Ok(st.take(block, rounded, size, oversize));
                 }
-                Err(e) => {
-                    st.stats.ooms += 1;
-                    return Err(e);
+                Err(e) => e,
+            };
+            if rounded <= SMALL_REQUEST {
+                // The small pool could not grow; free room in a large segment serves.
+                if let Some(addr) = st.serve_in(1, rounded, size, self.options.max_split, false) {
+                    st.stats.pool_hits += 1;
+                    return Ok(addr);
                 }
             }
+            if attempt >= self.options.retries || !is_retryable(error) {
+                st.stats.ooms += 1;
+                return Err(error);
+            }
+            attempt += 1;
+            st.stats.retries += 1;
+            st = self.synchronize_and_release(st);
+            self.trim_locked(&mut st, 0);
+            drop(st);
+            std::thread::sleep(self.options.backoff * attempt);
+            st = self.lock();
         }
     }
 
@@ -393,7 +402,7 @@ impl<S: DeviceSource> Pool<S> {
     }
 
     /// Adds a segment that can serve `rounded` bytes, within cap, headroom and threshold.
-    fn grow(&self, st: &mut State, rounded: u64) -> Result<(), AllocError> {
+    fn grow(&self, st: &mut State, rounded: u64) -> Result<u32, AllocError> {
         let small = rounded <= SMALL_REQUEST;
         let minimal = round_up(rounded, SEGMENT);
         let preferred = if small {
@@ -402,6 +411,13 @@ impl<S: DeviceSource> Pool<S> {
             MEDIUM_SEGMENT
         } else {
             minimal
+        };
+        // A segment at or past max_split is never split, so it only grows that large if the
+        // request needs it.
+        let preferred = if preferred >= self.options.max_split.unwrap_or(u64::MAX) {
+            minimal
+        } else {
+            preferred
         };
         let cap = st.stats.cap;
         let threshold = (self.options.trim_threshold * cap as f64) as u64;
@@ -438,13 +454,13 @@ impl<S: DeviceSource> Pool<S> {
         let addr = match self.source.alloc(size) {
             Ok(a) => a,
             Err(e) if e.out_of_memory && size > minimal => {
+                st.stats.retries += 1;
                 size = minimal;
                 self.source.alloc(size).map_err(AllocError::Source)?
             }
             Err(e) => return Err(AllocError::Source(e)),
         };
-        st.add_segment(addr, size, small);
-        Ok(())
+        Ok(st.add_segment(addr, size, small))
     }
 
     fn warm_up(&self, st: &mut State) {
@@ -452,7 +468,9 @@ impl<S: DeviceSource> Pool<S> {
         while left > 0 {
             let size = round_up(left.min(WARMUP_SEGMENT), SEGMENT);
             match self.source.alloc(size) {
-                Ok(addr) => st.add_segment(addr, size, false),
+                Ok(addr) => {
+                    st.add_segment(addr, size, false);
+                }
                 Err(_) => break,
             }
             left = left.saturating_sub(size);
@@ -541,6 +559,18 @@ impl State {
         close_fit: bool,
     ) -> Option<u64> {
         let kind = if rounded <= SMALL_REQUEST { 0 } else { 1 };
+        self.serve_in(kind, rounded, requested, max_split, close_fit)
+    }
+
+    /// [`State::serve`] from the free blocks of one pool (0 small, 1 large).
+    fn serve_in(
+        &mut self,
+        kind: usize,
+        rounded: u64,
+        requested: u64,
+        max_split: Option<u64>,
+        close_fit: bool,
+    ) -> Option<u64> {
         let oversize = max_split.unwrap_or(u64::MAX);
         let slack = if close_fit && kind == 1 {
             rounded / 8
@@ -551,6 +581,13 @@ impl State {
             (b.size < oversize || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
                 && b.size - rounded <= slack
         })?;
+        Some(self.take(i, rounded, requested, oversize))
+    }
+
+    /// Hands out free block `i` for `rounded` bytes, splitting off the rest unless the block
+    /// is oversize.
+    fn take(&mut self, i: u32, rounded: u64, requested: u64, oversize: u64) -> u64 {
+        let kind = self.kind(i);
         self.index[kind].remove(&mut self.blocks, i);
         let (addr, size, seg, next) = {
             let b = &self.blocks[i as usize];
@@ -584,7 +621,7 @@ impl State {
         s.live += requested;
         s.peak_live = s.peak_live.max(s.live);
         s.allocs += 1;
-        Some(addr)
+        addr
     }
 
     /// Marks a quarantined block free and merges it with free neighbours. Returns whether its
@@ -623,7 +660,8 @@ impl State {
         self.vacate(right);
     }
 
-    fn add_segment(&mut self, addr: u64, size: u64, small: bool) {
+    /// Adds a fresh segment as one free block; returns the block.
+    fn add_segment(&mut self, addr: u64, size: u64, small: bool) -> u32 {
         let seg = match self.vacant_segments.pop() {
             Some(s) => s,
             None => {
@@ -655,6 +693,7 @@ impl State {
         s.reserved += size;
         s.peak_reserved = s.peak_reserved.max(s.reserved);
         s.source_allocs += 1;
+        first
     }
 
     /// Unlinks a wholly free segment; returns its address and size for the device.

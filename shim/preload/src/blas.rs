@@ -86,17 +86,22 @@ fn guarded_create(lib: &Library, handle: *mut *mut c_void, create: impl Fn() -> 
         active.trim_current(0);
         if !active.capture_active() {
             active.synchronize(|| unsafe { (active.api.synchronize)() });
-
         }
         code = create();
     }
     // SAFETY: the caller's out-pointer, checked non-null above.
     if code == lib.success && unsafe { *handle }.is_null() {
-        log::error(format_args!("{} reported success without a handle", lib.name));
+        log::error(format_args!(
+            "{} reported success without a handle",
+            lib.name
+        ));
         return lib.internal_error;
     }
     if code == lib.success && attempt > 0 {
-        log::warn(format_args!("{} succeeded after {} retries", lib.name, attempt));
+        log::warn(format_args!(
+            "{} succeeded after {} retries",
+            lib.name, attempt
+        ));
     }
     code
 }

@@ -288,7 +288,10 @@ impl Active {
         let owner = first
             .filter(|p| p.live_size(addr).is_some())
             .map(|p| (current, p))
-            .or_else(|| self.existing_pools().find(|(_, p)| p.live_size(addr).is_some()));
+            .or_else(|| {
+                self.existing_pools()
+                    .find(|(_, p)| p.live_size(addr).is_some())
+            });
         match owner {
             Some((device, pool)) => match pool.free(addr) {
                 Some(size) => {
@@ -303,7 +306,12 @@ impl Active {
 
     /// Runs a pass-through allocation (`call`) counted against the cap of the current device,
     /// trimming our cache and retrying when the runtime is out of memory.
-    pub fn external_alloc(&'static self, ptr: *mut *mut c_void, size: usize, mut call: impl FnMut() -> i32) -> i32 {
+    pub fn external_alloc(
+        &'static self,
+        ptr: *mut *mut c_void,
+        size: usize,
+        mut call: impl FnMut() -> i32,
+    ) -> i32 {
         let device = match self.current_device() {
             Some(d) => d,
             None => return call(),
@@ -334,7 +342,10 @@ impl Active {
         if code == SUCCESS {
             // SAFETY: the runtime filled the caller's out-pointer.
             let p = unsafe { *ptr } as usize;
-            self.external.lock().unwrap_or_else(|e| e.into_inner()).insert(p, (device, size as u64));
+            self.external
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(p, (device, size as u64));
             crate::trace::alloc(device, p as u64, size as u64);
         } else {
             pool.uncharge(size as u64);
@@ -344,7 +355,11 @@ impl Active {
 
     /// Forgets a pass-through allocation once the runtime has freed it.
     pub fn external_free(&self, ptr: *mut c_void) {
-        let entry = self.external.lock().unwrap_or_else(|e| e.into_inner()).remove(&(ptr as usize));
+        let entry = self
+            .external
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(ptr as usize));
         if let Some((device, size)) = entry {
             if let Some(p) = self.pools.get(device as usize).and_then(|c| c.get()) {
                 p.uncharge(size);
@@ -429,7 +444,10 @@ impl Active {
     }
 
     pub fn capture_began(&self, stream: usize) {
-        self.capturing.lock().unwrap_or_else(|e| e.into_inner()).push(stream);
+        self.capturing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(stream);
         self.captures.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -461,7 +479,10 @@ impl Active {
         let flag = &self.warned[device as usize];
         if near && !flag.swap(true, Ordering::Relaxed) {
             crate::trace::event("cap_warning", device, 0, s.live);
-            log::warn(format_args!("[VRAM Limit] Warning: near the cap; {}", s.line(device)));
+            log::warn(format_args!(
+                "[VRAM Limit] Warning: near the cap; {}",
+                s.line(device)
+            ));
         } else if !near && (s.live as f64) < 0.9 * s.cap as f64 {
             flag.store(false, Ordering::Relaxed);
         }
@@ -477,13 +498,20 @@ impl Active {
         for (_, p) in self.existing_pools() {
             p.forget_all();
         }
-        self.external.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.external
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 }
 
 /// A device attribute holding the total memory, capped the way the runtime encodes it (bytes
-/// truncated to `int`, or MiB), given the real total.
-pub fn capped_attribute(value: i32, cap: impl Fn(u64) -> u64, real_total: impl Fn() -> Option<u64>) -> i32 {
+/// clamped or truncated to `int`, or MiB), given the real total.
+pub fn capped_attribute(
+    value: i32,
+    cap: impl Fn(u64) -> u64,
+    real_total: impl Fn() -> Option<u64>,
+) -> i32 {
     let total = match real_total() {
         Some(t) => t,
         None => return value,
@@ -491,6 +519,8 @@ pub fn capped_attribute(value: i32, cap: impl Fn(u64) -> u64, real_total: impl F
     let capped = cap(total);
     if capped >= total {
         value
+    } else if value == i32::MAX && total > i32::MAX as u64 {
+        capped.min(i32::MAX as u64) as i32
     } else if value == total as i32 {
         capped as i32
     } else if value as i64 == (total >> 20) as i64 {

@@ -1,0 +1,208 @@
+/* One scenario per argument, each printing `key value` lines; see tests/tests/guard.rs. */
+#include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "guard_common.h"
+
+static int retry(void) {
+    /* HIPSIM_FAIL_NTH=1 makes the first device allocation fail: the guard absorbs it. */
+    void* p = NULL;
+    hipError_t e = hipMalloc(&p, 8 * MiB);
+    hipError_t last = hipGetLastError();
+    printf("malloc %d\nlast_error %d\n", e, last);
+    return hipFree(p);
+}
+
+static int sticky(void) {
+    /* An error pending before a recovered allocation is still pending after it. */
+    CHECK(hipSetDevice(99) != hipSuccess, "device 99 does not exist");
+    void* p = NULL;
+    hipError_t e = hipMalloc(&p, 8 * MiB);
+    hipError_t first = hipGetLastError();
+    hipError_t second = hipGetLastError();
+    printf("malloc %d\nfirst %d\nsecond %d\n", e, first, second);
+    return hipFree(p);
+}
+
+static int threshold(void) {
+    /* ROCMGUARD_VRAM_LIMIT=1GiB, ROCMGUARD_TRIM_THRESHOLD=0.5. */
+    void* p[8];
+    for (int i = 0; i < 8; i++) OK(hipMalloc(&p[i], 100 * MiB));
+    printf("device_live_full %lu\n", (unsigned long)counters().live_bytes);
+    for (int i = 0; i < 8; i++) OK(hipFree(p[i]));
+    OK(hipDeviceSynchronize());
+    printf("device_live_after %lu\n", (unsigned long)counters().live_bytes);
+    return 0;
+}
+
+static int pool_trim(void) {
+    void* p = NULL;
+    OK(hipMalloc(&p, 64 * MiB));
+    OK(hipFree(p));
+    printf("device_live_cached %lu\n", (unsigned long)counters().live_bytes);
+    hipMemPool_t pool;
+    OK(hipDeviceGetDefaultMemPool(&pool, 0));
+    OK(hipMemPoolTrimTo(pool, 0));
+    printf("device_live_trimmed %lu\n", (unsigned long)counters().live_bytes);
+    return 0;
+}
+
+static int pooled(void) {
+    /* 1000 pairs of the same size: the device sees a handful of allocations. */
+    for (int i = 0; i < 1000; i++) {
+        void* p = NULL;
+        OK(hipMalloc(&p, 3 * MiB));
+        OK(hipFree(p));
+    }
+    printf("device_allocs %lu\n", (unsigned long)counters().allocs);
+    return 0;
+}
+
+static int capture(void) {
+    /* ROCMGUARD_WARMUP=256MiB: a freed block waits in quarantine; an allocation during a
+     * capture must be served without the synchronize that would invalidate the capture. */
+    void *a = NULL, *b = NULL;
+    OK(hipMalloc(&a, 64 * MiB));
+    OK(hipFree(a));
+    hipStream_t s;
+    OK(hipStreamCreate(&s));
+    OK(hipStreamBeginCapture(s, hipStreamCaptureModeGlobal));
+    hipError_t e = hipMalloc(&b, 64 * MiB);
+    hipGraph_t g = NULL;
+    hipError_t end = hipStreamEndCapture(s, &g);
+    printf("malloc_in_capture %d\nend_capture %d\ninvalidations %lu\n", e, end,
+           (unsigned long)counters().capture_invalidations);
+    if (g) hipGraphDestroy(g);
+    OK(hipFree(b));
+    return 0;
+}
+
+static int reuse(void) {
+    /* A slow simulated kernel on a side stream writes into A; A is freed and at once a block of
+     * the same size is allocated and written by the host. The kernel must not land on it. */
+    const size_t n = 4 * MiB;
+    unsigned char* host = malloc(n);
+    hipStream_t side;
+    OK(hipStreamCreateWithFlags(&side, hipStreamNonBlocking));
+    int bad = 0;
+    for (int round = 0; round < 5; round++) {
+        void *a = NULL, *b = NULL;
+        OK(hipMalloc(&a, n));
+        OK(hipsimLaunchFill(a, 0xAA, n, 20000, side));
+        OK(hipFree(a));
+        OK(hipMalloc(&b, n));
+        memset(host, 0x55, n);
+        OK(hipMemcpy(b, host, n, hipMemcpyHostToDevice));
+        OK(hipDeviceSynchronize());
+        OK(hipMemcpy(host, b, n, hipMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) bad += host[i] != 0x55;
+        OK(hipFree(b));
+    }
+    printf("corrupted_bytes %d\n", bad);
+    free(host);
+    return 0;
+}
+
+struct worker { unsigned seed; int ops; int errors; };
+
+static void* work(void* arg) {
+    struct worker* w = arg;
+    void* live[32] = {0};
+    size_t sizes[32] = {0};
+    unsigned x = w->seed;
+    for (int i = 0; i < w->ops; i++) {
+        x = x * 1103515245u + 12345u;
+        int slot = (x >> 8) % 32;
+        if (live[slot]) {
+            unsigned char* p = live[slot];
+            if (p[0] != (unsigned char)slot || p[sizes[slot] - 1] != (unsigned char)slot) w->errors++;
+            if (hipFree(live[slot]) != hipSuccess) w->errors++;
+            live[slot] = NULL;
+        } else {
+            size_t size = (x >> 4) % 7 == 0 ? 1 + (x % (6 * MiB)) : 1 + (x % 65536);
+            if (hipMalloc(&live[slot], size) != hipSuccess) { w->errors++; continue; }
+            sizes[slot] = size;
+            unsigned char* p = live[slot];
+            p[0] = p[size - 1] = (unsigned char)slot;
+        }
+    }
+    for (int s = 0; s < 32; s++)
+        if (live[s]) hipFree(live[s]);
+    return NULL;
+}
+
+static int threads(void) {
+    /* 16 threads x 100k mixed operations; each block is stamped at both ends and checked before
+     * its free, so an overlap between threads shows up as a corrupted stamp. */
+    pthread_t t[16];
+    struct worker w[16];
+    for (int i = 0; i < 16; i++) {
+        w[i] = (struct worker){.seed = 7u + i, .ops = 100000, .errors = 0};
+        pthread_create(&t[i], NULL, work, &w[i]);
+    }
+    int errors = 0;
+    for (int i = 0; i < 16; i++) {
+        pthread_join(t[i], NULL);
+        errors += w[i].errors;
+    }
+    printf("thread_errors %d\n", errors);
+    return 0;
+}
+
+static int forked(void) {
+    void* p = NULL;
+    OK(hipMalloc(&p, 8 * MiB));
+    pid_t child = fork();
+    if (child == 0) {
+        void* q = NULL;
+        hipError_t e = hipMalloc(&q, 8 * MiB);
+        if (e == hipSuccess) e = hipFree(q);
+        _exit(e == hipSuccess ? 0 : 10 + e);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    printf("child_exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status));
+    void* q = NULL;
+    OK(hipMalloc(&q, 8 * MiB));
+    OK(hipFree(q));
+    return hipFree(p);
+}
+
+static int live_at_exit(void) {
+    for (int i = 0; i < 10; i++) {
+        void* p = NULL;
+        OK(hipMalloc(&p, (size_t)(i + 1) * MiB));
+    }
+    printf("exiting_with_live_blocks 1\n");
+    return 0;
+}
+
+static int errors(void) {
+    /* Codes the runtime returns reach the caller unchanged. */
+    int local = 0;
+    printf("free_bad %d\n", hipFree(&local));
+    printf("free_null %d\n", hipFree(NULL));
+    void* p = NULL;
+    printf("malloc_zero %d\n", hipMalloc(&p, 0));
+    printf("malloc_null_out %d\n", hipMalloc(NULL, 16));
+    printf("meminfo_null %d\n", hipMemGetInfo(NULL, NULL));
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    CHECK(argc == 2, "usage: guard_ops SCENARIO");
+    const char* s = argv[1];
+    if (!strcmp(s, "retry")) return retry();
+    if (!strcmp(s, "sticky")) return sticky();
+    if (!strcmp(s, "threshold")) return threshold();
+    if (!strcmp(s, "pool_trim")) return pool_trim();
+    if (!strcmp(s, "pooled")) return pooled();
+    if (!strcmp(s, "capture")) return capture();
+    if (!strcmp(s, "reuse")) return reuse();
+    if (!strcmp(s, "threads")) return threads();
+    if (!strcmp(s, "fork")) return forked();
+    if (!strcmp(s, "live_at_exit")) return live_at_exit();
+    if (!strcmp(s, "errors")) return errors();
+    fprintf(stderr, "unknown scenario %s\n", s);
+    return 2;
+}

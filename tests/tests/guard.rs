@@ -1,0 +1,360 @@
+//! librocmguard.so in real processes: C and Python programs that know nothing of rocmguard, run
+//! under `LD_PRELOAD` against hipsim, the simulated HIP runtime (shim/hipsim).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Output;
+use std::sync::OnceLock;
+
+use rocmguard_tests::{compile_c, guarded_command, output, sim_command, text};
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+fn program(name: &str) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Default::default);
+    let mut built = built.lock().unwrap();
+    built
+        .entry(name.to_string())
+        .or_insert_with(|| match name {
+            "guard_rocblas" => compile_c(name, &["guard_rocblas.c"], &["-lamdhip64", "-lrocblas"]),
+            "guard_module.so" => compile_c(
+                name,
+                &["guard_module.c"],
+                &["-shared", "-fPIC", "-lamdhip64"],
+            ),
+            "guard_local" => compile_c(name, &["guard_local.c"], &["-ldl"]),
+            _ => compile_c(
+                name,
+                &[&format!("{}.c", name)],
+                &["-lamdhip64", "-ldl", "-pthread"],
+            ),
+        })
+        .clone()
+}
+
+/// `key value` lines of a run's stdout.
+struct Seen {
+    out: Output,
+    values: HashMap<String, String>,
+}
+
+impl Seen {
+    fn num(&self, key: &str) -> i64 {
+        self.values
+            .get(key)
+            .unwrap_or_else(|| panic!("no `{}` in the output:\n{}", key, text(&self.out)))
+            .parse()
+            .unwrap()
+    }
+
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+
+    fn succeeded(&self) -> &Self {
+        assert!(self.out.status.success(), "{}", text(&self.out));
+        self
+    }
+}
+
+fn seen(out: Output) -> Seen {
+    let values = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect();
+    Seen { out, values }
+}
+
+fn guarded(name: &str, args: &[&str], env: &[(&str, &str)]) -> Seen {
+    let mut cmd = guarded_command(&program(name));
+    cmd.args(args).envs(env.iter().copied());
+    seen(output(&mut cmd))
+}
+
+fn unguarded(name: &str, args: &[&str], env: &[(&str, &str)]) -> Seen {
+    let mut cmd = sim_command(&program(name));
+    cmd.args(args).envs(env.iter().copied());
+    seen(output(&mut cmd))
+}
+
+/// The `retries` column of the exit stats table (ROCMGUARD_STATS=1) for dev0.
+fn stats_column(stderr: &str, column: &str) -> u64 {
+    let mut lines = stderr.lines().skip_while(|l| !l.starts_with("device "));
+    let header: Vec<&str> = lines
+        .next()
+        .expect("a stats table at exit")
+        .split_whitespace()
+        .collect();
+    let row = lines.next().expect("a dev0 row");
+    let i = header
+        .iter()
+        .position(|h| *h == column)
+        .expect("the column exists");
+    // Sizes take two words ("1.00 GiB"); counts one. Counts sit at the end of the row.
+    let words: Vec<&str> = row.split_whitespace().collect();
+    words[words.len() - (header.len() - i)].parse().unwrap()
+}
+
+#[test]
+fn memory_queries_show_the_cap_and_refusals_leave_the_program_running() {
+    let s = guarded("guard_cap", &[], &[("ROCMGUARD_VRAM_LIMIT", "1GiB")]);
+    s.succeeded();
+    assert_eq!(s.num("total"), GIB as i64);
+    assert_eq!(s.num("free"), GIB as i64);
+    assert_eq!(s.num("device_total"), GIB as i64);
+    assert_eq!(s.num("attribute"), GIB as i64);
+    assert_eq!(s.num("props_total"), GIB as i64);
+    assert_eq!(s.num("free_after_600MiB"), (GIB - 600 * MIB) as i64);
+    assert_eq!(s.num("past_cap"), 2, "hipErrorOutOfMemory past the cap");
+    assert_eq!(
+        s.num("last_error_after_refusal"),
+        2,
+        "the refusal is the last error, as the runtime's would be"
+    );
+    assert_eq!(s.num("last_error_then"), 0, "and reading it clears it");
+    assert!(
+        s.stderr().contains("[VRAM Limit]"),
+        "the refusal is logged:\n{}",
+        s.stderr()
+    );
+    assert!(
+        s.stderr().starts_with("rocmguard "),
+        "one line at first use:\n{}",
+        s.stderr()
+    );
+
+    let plain = unguarded("guard_cap", &[], &[]);
+    plain.succeeded();
+    assert_eq!(
+        plain.num("total"),
+        16 * GIB as i64,
+        "the simulator's own 16 GiB without the shim"
+    );
+    assert_eq!(plain.num("past_cap"), 0);
+}
+
+#[test]
+fn a_percentage_cap_follows_the_device() {
+    let s = guarded(
+        "guard_cap",
+        &[],
+        &[("ROCMGUARD_VRAM_LIMIT", "25%"), ("HIPSIM_VRAM", "8GiB")],
+    );
+    assert_eq!(s.num("total"), 2 * GIB as i64);
+}
+
+#[test]
+fn a_transient_device_oom_is_absorbed_by_one_retry() {
+    let env = [("HIPSIM_FAIL_NTH", "1"), ("ROCMGUARD_STATS", "1")];
+    let s = guarded("guard_ops", &["retry"], &env);
+    s.succeeded();
+    assert_eq!(s.num("malloc"), 0, "the program sees success");
+    assert_eq!(s.num("last_error"), 0, "and no error left behind");
+    assert_eq!(stats_column(&s.stderr(), "retries"), 1, "{}", s.stderr());
+    let plain = unguarded("guard_ops", &["retry"], &env);
+    assert_eq!(
+        plain.num("malloc"),
+        2,
+        "without the shim the same run fails"
+    );
+}
+
+#[test]
+fn an_error_pending_before_a_recovered_allocation_stays_pending() {
+    let s = guarded("guard_ops", &["sticky"], &[("HIPSIM_FAIL_NTH", "1")]);
+    s.succeeded();
+    assert_eq!(s.num("malloc"), 0);
+    assert_eq!(
+        s.num("first"),
+        101,
+        "hipErrorInvalidDevice from hipSetDevice(99) is still there"
+    );
+    assert_eq!(s.num("second"), 0);
+}
+
+#[test]
+fn trim_on_threshold_returns_cached_segments() {
+    let env = [
+        ("ROCMGUARD_VRAM_LIMIT", "1GiB"),
+        ("ROCMGUARD_TRIM_THRESHOLD", "0.5"),
+    ];
+    let s = guarded("guard_ops", &["threshold"], &env);
+    s.succeeded();
+    assert!(s.num("device_live_full") >= 800 * MIB as i64);
+    assert!(
+        s.num("device_live_after") <= 512 * MIB as i64,
+        "{}",
+        text(&s.out)
+    );
+}
+
+#[test]
+fn mem_pool_trim_to_releases_pooled_memory() {
+    let s = guarded("guard_ops", &["pool_trim"], &[]);
+    s.succeeded();
+    assert!(
+        s.num("device_live_cached") >= 64 * MIB as i64,
+        "the pool caches what was freed"
+    );
+    assert_eq!(s.num("device_live_trimmed"), 0);
+}
+
+#[test]
+fn repeated_pairs_are_served_from_the_pool() {
+    let s = guarded("guard_ops", &["pooled"], &[]);
+    s.succeeded();
+    assert!(s.num("device_allocs") <= 2, "{}", text(&s.out));
+    assert_eq!(
+        unguarded("guard_ops", &["pooled"], &[]).num("device_allocs"),
+        1000
+    );
+}
+
+#[test]
+fn no_synchronize_while_a_stream_capture_is_active() {
+    let s = guarded("guard_ops", &["capture"], &[("ROCMGUARD_WARMUP", "256MiB")]);
+    s.succeeded();
+    assert_eq!(s.num("malloc_in_capture"), 0);
+    assert_eq!(s.num("end_capture"), 0, "the capture was not invalidated");
+    assert_eq!(s.num("invalidations"), 0);
+}
+
+#[test]
+fn a_freed_block_is_not_reused_while_queued_work_may_write_it() {
+    let s = guarded("guard_ops", &["reuse"], &[]);
+    s.succeeded();
+    assert_eq!(s.num("corrupted_bytes"), 0);
+}
+
+#[test]
+fn sixteen_threads_of_mixed_operations() {
+    let s = guarded("guard_ops", &["threads"], &[]);
+    s.succeeded();
+    assert_eq!(s.num("thread_errors"), 0);
+}
+
+#[test]
+fn a_forked_child_allocates() {
+    let s = guarded("guard_ops", &["fork"], &[]);
+    s.succeeded();
+    assert_eq!(s.num("child_exit"), 0);
+}
+
+#[test]
+fn exit_with_live_blocks_is_clean() {
+    let s = guarded("guard_ops", &["live_at_exit"], &[("ROCMGUARD_STATS", "1")]);
+    s.succeeded();
+    assert_eq!(s.num("exiting_with_live_blocks"), 1);
+    assert!(s.stderr().contains("memory at exit"), "{}", s.stderr());
+}
+
+#[test]
+fn runtime_error_codes_reach_the_caller_unchanged() {
+    let with = guarded("guard_ops", &["errors"], &[]);
+    let without = unguarded("guard_ops", &["errors"], &[]);
+    with.succeeded();
+    for key in [
+        "free_bad",
+        "free_null",
+        "malloc_zero",
+        "malloc_null_out",
+        "meminfo_null",
+    ] {
+        assert_eq!(
+            with.num(key),
+            without.num(key),
+            "{} differs under the shim",
+            key
+        );
+    }
+    assert_ne!(with.num("free_bad"), 0);
+}
+
+#[test]
+fn lookups_that_bypass_symbol_binding_get_the_hooks() {
+    let module = program("guard_module.so");
+    let env = [("ROCMGUARD_VRAM_LIMIT", "1GiB")];
+    let s = guarded("guard_lookup", &[module.to_str().unwrap()], &env);
+    s.succeeded();
+    assert_eq!(
+        s.num("proc_address"),
+        2,
+        "hipGetProcAddress handed out the hook"
+    );
+    assert_eq!(
+        s.num("dlsym_handle"),
+        2,
+        "dlsym on the runtime's handle handed out the hook"
+    );
+    assert_eq!(s.num("module"), 2);
+    assert_eq!(s.num("module_total"), GIB as i64);
+    let plain = unguarded("guard_lookup", &[module.to_str().unwrap()], &env);
+    assert_eq!(plain.num("proc_address"), 0, "without the shim 2 GiB fits");
+}
+
+#[test]
+fn the_runtime_is_found_when_only_an_rtld_local_module_loaded_it() {
+    let module = program("guard_module.so");
+    let s = guarded(
+        "guard_local",
+        &[module.to_str().unwrap()],
+        &[("ROCMGUARD_VRAM_LIMIT", "1GiB")],
+    );
+    s.succeeded();
+    assert_eq!(s.num("module"), 2);
+    assert_eq!(s.num("module_total"), GIB as i64);
+}
+
+#[test]
+fn python_ctypes_goes_through_the_guard() {
+    let script = rocmguard_tests::root().join("tests/c/guard_ctypes.py");
+    let mut cmd = guarded_command(std::path::Path::new("python3"));
+    cmd.arg(script).env("ROCMGUARD_VRAM_LIMIT", "1GiB");
+    let s = seen(output(&mut cmd));
+    s.succeeded();
+    assert_eq!(s.num("total"), GIB as i64);
+    assert_eq!(s.num("malloc_2gib"), 2);
+    assert_eq!(s.num("malloc_256mib"), 0);
+    assert_eq!(s.num("free"), 0);
+}
+
+#[test]
+fn the_handle_guard_turns_a_failing_rocblas_create_handle_into_success() {
+    let env = [("HIPSIM_FAIL_NTH", "1")];
+    let plain = unguarded("guard_rocblas", &[], &env);
+    assert_eq!(
+        plain.num("create"),
+        5,
+        "without us: rocblas_status_memory_error"
+    );
+    let s = guarded("guard_rocblas", &[], &env);
+    s.succeeded();
+    assert_eq!(s.num("create"), 0);
+    assert_eq!(s.num("handle"), 1);
+    assert_eq!(s.num("destroy"), 0);
+}
+
+#[test]
+fn disable_passes_everything_through() {
+    let env = [("ROCMGUARD_VRAM_LIMIT", "1GiB"), ("ROCMGUARD_DISABLE", "1")];
+    let s = guarded("guard_cap", &[], &env);
+    s.succeeded();
+    assert_eq!(s.num("total"), 16 * GIB as i64);
+    assert!(
+        s.stderr().contains("ROCMGUARD_DISABLE"),
+        "the reason is logged once:\n{}",
+        s.stderr()
+    );
+}
+
+#[test]
+fn a_bad_value_warns_once_and_keeps_the_default() {
+    let s = guarded("guard_cap", &[], &[("ROCMGUARD_VRAM_LIMIT", "lots")]);
+    s.succeeded();
+    assert_eq!(s.num("total"), 16 * GIB as i64);
+    let warnings = s.stderr().matches("ROCMGUARD_VRAM_LIMIT").count();
+    assert_eq!(warnings, 1, "{}", s.stderr());
+}
