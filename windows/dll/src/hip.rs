@@ -79,7 +79,8 @@ hooks! {
         }
     }
 
-    ["hip_4.2"] fn hipExtMallocWithFlags(ptr: *mut *mut c_void, size: usize, flags: u32) -> i32 |pass| {
+    ["hip_4.2"] fn hipExtMallocWithFlags(ptr: *mut *mut c_void, size: usize, flags: u32) -> i32
+    |pass| {
         match HIP.active() {
             Some(a) if !ptr.is_null() && size > 0 && flags == DEVICE_MALLOC_DEFAULT => {
                 a.alloc(ptr, size).unwrap_or_else(pass)
@@ -113,7 +114,8 @@ hooks! {
         }
     }
 
-    ["hip_5.1"] fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: Stream) -> i32 |pass| {
+    ["hip_5.1"] fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: Stream) -> i32
+    |pass| {
         let _ = stream;
         match HIP.active() {
             Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
@@ -121,7 +123,12 @@ hooks! {
         }
     }
 
-    ["hip_5.1"] fn hipMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: MemPool, stream: Stream) -> i32 |pass| {
+    ["hip_5.1"] fn hipMallocFromPoolAsync(
+        ptr: *mut *mut c_void,
+        size: usize,
+        pool: MemPool,
+        stream: Stream,
+    ) -> i32 |pass| {
         let _ = (pool, stream);
         match HIP.active() {
             Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
@@ -168,7 +175,8 @@ hooks! {
         code
     }
 
-    ["hip_4.2"] fn hipDeviceGetAttribute(value: *mut c_int, attr: c_int, device: c_int) -> i32 |pass| {
+    ["hip_4.2"] fn hipDeviceGetAttribute(value: *mut c_int, attr: c_int, device: c_int) -> i32
+    |pass| {
         let code = pass();
         if let (SUCCESS, ATTRIBUTE_TOTAL_GLOBAL_MEM, Some(a)) = (code, attr, HIP.active()) {
             if !value.is_null() {
@@ -240,7 +248,13 @@ hooks! {
         code
     }
 
-    ["hip_6.1"] fn hipGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_void) -> i32 |pass| {
+    ["hip_6.1"] fn hipGetProcAddress(
+        symbol: *const c_char,
+        pfn: *mut *mut c_void,
+        version: c_int,
+        flags: u64,
+        status: *mut c_void,
+    ) -> i32 |pass| {
         let _ = (version, flags, status);
         let code = pass();
         if code == SUCCESS && !symbol.is_null() && !pfn.is_null() && !(*pfn).is_null() {

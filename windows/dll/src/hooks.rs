@@ -19,8 +19,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 macro_rules! hooks {
     (libs = $libs:expr, missing = $missing:expr;
-     $( $(#[$meta:meta])* [$version:literal] fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty
-        |$pass:ident| $body:block )* ) => {
+     $( $(#[$meta:meta])* [$version:literal]
+        fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty |$pass:ident| $body:block
+     )* ) => {
         /// The real runtime functions behind the hooks.
         #[allow(non_upper_case_globals)]
         pub mod real {

@@ -39,9 +39,10 @@ static HOOK_FAILURE_SAID: AtomicBool = AtomicBool::new(false);
 /// The configuration, read once from the environment (at attach, or at first use).
 pub(crate) fn config() -> Option<&'static Config> {
     Some(CONFIG.get_or_init(|| {
-        let (config, warnings) = Config::from_vars(std::env::vars_os().filter_map(|(k, v)| {
-            Some((k.into_string().ok()?, v.into_string().ok()?))
-        }));
+        let (config, warnings) = Config::from_vars(
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+        );
         log::init(&config, &warnings);
         if config.disable {
             log::warn(format_args!(
@@ -69,7 +70,8 @@ pub(crate) fn boundary<T>(name: &str, body: impl FnOnce() -> T, fallback: impl F
         Err(_) => {
             if !DEGRADED.swap(true, Ordering::SeqCst) {
                 log::error(format_args!(
-                    "internal failure in {}; passing every call straight to the runtime from now on",
+                    "internal failure in {}; passing every call straight to the runtime \
+                     from now on",
                     name
                 ));
             }

@@ -109,7 +109,11 @@ unsafe extern "system" fn load_library_w(name: *const u16) -> Module {
 }
 
 /// `LoadLibraryExA`; a file mapped as data has no code to hook.
-unsafe extern "system" fn load_library_ex_a(name: *const c_char, file: Handle, flags: u32) -> Module {
+unsafe extern "system" fn load_library_ex_a(
+    name: *const c_char,
+    file: Handle,
+    flags: u32,
+) -> Module {
     let module = win::LoadLibraryExA(name, file, flags);
     if flags & win::LOAD_AS_DATA == 0 {
         after_load(module);
@@ -151,7 +155,9 @@ unsafe extern "system" fn get_proc_address(module: Module, name: *const c_char) 
 /// Whether a process about to be created gets the guard: not when the guard is off, nor under
 /// a debugger (the debugger owns its start).
 fn guard_child(flags: u32) -> bool {
-    flags & win::DEBUG_PROCESS == 0 && crate::config().map_or(false, |c| !c.disable) && !crate::degraded()
+    flags & win::DEBUG_PROCESS == 0
+        && crate::config().map_or(false, |c| !c.disable)
+        && !crate::degraded()
 }
 
 /// After the real `CreateProcess` started a child suspended for us: loads this DLL into it,

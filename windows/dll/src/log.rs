@@ -34,7 +34,11 @@ pub fn init(config: &Config, warnings: &[String]) {
     };
     LEVEL.store(level, Ordering::Relaxed);
     if let Some(path) = &config.log_file {
-        match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
             Ok(f) => *FILE.lock().unwrap_or_else(|e| e.into_inner()) = Some(f),
             Err(e) => warn(format_args!("cannot open the log file {}: {}", path, e)),
         }
@@ -93,7 +97,13 @@ fn write(text: &str, wait: bool) {
         while !rest.is_empty() && !handle.is_null() {
             let mut written = 0u32;
             let chunk = rest.len().min(u32::MAX as usize) as u32;
-            let ok = win::WriteFile(handle, rest.as_ptr(), chunk, &mut written, std::ptr::null_mut());
+            let ok = win::WriteFile(
+                handle,
+                rest.as_ptr(),
+                chunk,
+                &mut written,
+                std::ptr::null_mut(),
+            );
             if ok == 0 || written == 0 {
                 break;
             }

@@ -11,8 +11,8 @@
 //! exports stay its own, as `hipGetProcAddress` needs.
 
 use std::ffi::{c_void, CStr};
-use std::os::windows::ffi::OsStringExt;
 use std::os::raw::c_char;
+use std::os::windows::ffi::OsStringExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -45,7 +45,12 @@ pub fn modules() -> Vec<Module> {
         let mut needed = 0u32;
         // SAFETY: a buffer of `bytes` bytes for module handles of this process.
         let ok = unsafe {
-            win::K32EnumProcessModules(win::GetCurrentProcess(), list.as_mut_ptr(), bytes, &mut needed)
+            win::K32EnumProcessModules(
+                win::GetCurrentProcess(),
+                list.as_mut_ptr(),
+                bytes,
+                &mut needed,
+            )
         };
         if ok == 0 {
             return Vec::new();
@@ -85,7 +90,9 @@ pub fn self_path() -> std::ffi::OsString {
 
 /// The file name of a path.
 pub fn file_name(path: &str) -> &str {
-    path.rsplit(|c| c == '\\' || c == '/').next().unwrap_or(path)
+    path.rsplit(|c| c == '\\' || c == '/')
+        .next()
+        .unwrap_or(path)
 }
 
 /// Whether the lower-cased file name `file` is one of `libs` (file-name prefixes; a Linux-style
@@ -114,29 +121,69 @@ pub fn find_export(libs: &[&str], name: &CStr) -> usize {
     0
 }
 
+/// A module kept loaded while we read and rewrite it (another thread may free it meanwhile).
+struct Held {
+    module: Module,
+    path: String,
+}
+
+impl Held {
+    fn new(module: Module) -> Option<Held> {
+        let mut held = std::ptr::null_mut();
+        // SAFETY: with FROM_ADDRESS the name is an address; the module gains a reference,
+        // dropped in `drop`.
+        let ok = unsafe {
+            win::GetModuleHandleExW(
+                win::GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS,
+                module as *const u16,
+                &mut held,
+            )
+        };
+        (ok != 0 && held == module).then(|| Held {
+            module,
+            path: path_of(module),
+        })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: the reference taken in `new`.
+        unsafe { win::FreeLibrary(self.module) };
+    }
+}
+
 /// Scans the modules loaded since the last pass and rewrites their import tables.
+///
+/// The loader lock is never taken while our lock is held: listing modules and their paths
+/// happens before, so a thread that loads a library from a `DllMain` (holding the loader lock)
+/// and comes here cannot deadlock with one that is rewriting tables.
 pub fn patch_new_modules() -> Report {
+    let own = SELF.load(Ordering::Acquire);
+    let now: Vec<usize> = modules().into_iter().map(|m| m as usize).collect();
+    let known = SEEN.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let windows_dir = windows_dir();
+    let fresh: Vec<Held> = now
+        .iter()
+        .filter(|&&m| m != own && !known.contains(&m))
+        .filter_map(|&m| Held::new(m as Module))
+        .filter(|h| windows_dir.is_empty() || !h.path.starts_with(&windows_dir))
+        .collect();
     let mut report = Report::default();
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    let now = modules();
-    let windows_dir = windows_dir();
-    let own = SELF.load(Ordering::Acquire);
-    for &module in &now {
-        if seen.contains(&(module as usize)) || module as usize == own {
-            continue;
+    for held in &fresh {
+        if seen.contains(&(held.module as usize)) {
+            continue; // another thread scanned it meanwhile
         }
-        let path = path_of(module);
-        if !windows_dir.is_empty() && path.starts_with(&windows_dir) {
-            continue;
-        }
-        let is_runtime = is_one_of(file_name(&path), crate::hip::LIBS);
-        // SAFETY: a module loaded in this process, mapped as an image by the loader.
-        match unsafe { patch_module(module as usize, !is_runtime) } {
+        let is_runtime = is_one_of(file_name(&held.path), crate::hip::LIBS);
+        // SAFETY: a loaded module, mapped as an image by the loader, kept loaded by `held`.
+        match unsafe { patch_module(held.module as usize, !is_runtime) } {
             Ok(n) => report.patched += n,
-            Err(why) => report.failures.push(format!("{}: {}", path, why)),
+            Err(why) => report.failures.push(format!("{}: {}", held.path, why)),
         }
     }
-    *seen = now.into_iter().map(|m| m as usize).collect();
+    *seen = now;
+    drop(seen);
     report
 }
 
@@ -164,7 +211,8 @@ unsafe fn read<T: Copy>(base: usize, offset: usize) -> T {
 }
 
 /// Rewrites the import slots of the module at `base` that a hook stands for. `loader_hooks`:
-/// also the `LoadLibrary` family, `GetProcAddress` and `CreateProcess`. Returns how many slots now hold a hook.
+/// also the `LoadLibrary` family, `GetProcAddress` and `CreateProcess`. Returns how many slots
+/// now hold a hook.
 ///
 /// # Safety
 /// `base` is the address of a loaded PE image (a module handle).
@@ -249,7 +297,10 @@ unsafe fn write_slot(slot: *mut usize, value: usize) -> Result<(), String> {
     let mut info: win::MemoryBasicInformation = std::mem::zeroed();
     let len = std::mem::size_of::<win::MemoryBasicInformation>();
     if win::VirtualQuery(slot as *const c_void, &mut info, len) != len {
-        return Err(format!("VirtualQuery failed (error {})", win::GetLastError()));
+        return Err(format!(
+            "VirtualQuery failed (error {})",
+            win::GetLastError()
+        ));
     }
     // Keep the page executable if it was: other threads may be running code on it.
     let writable = if info.protect & win::PAGE_ANY_EXECUTE != 0 {

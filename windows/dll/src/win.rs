@@ -97,6 +97,7 @@ extern "system" {
         information: *mut ProcessInformation,
     ) -> i32;
     pub fn DisableThreadLibraryCalls(module: Module) -> i32;
+    pub fn FreeLibrary(module: Module) -> i32;
     pub fn GetModuleFileNameW(module: Module, name: *mut u16, size: u32) -> u32;
     pub fn GetWindowsDirectoryW(buffer: *mut u16, size: u32) -> u32;
     pub fn K32EnumProcessModules(
@@ -111,8 +112,11 @@ extern "system" {
     pub fn GetLastError() -> u32;
     pub fn SetLastError(code: u32);
     pub fn VirtualProtect(addr: *mut c_void, size: usize, protect: u32, old: *mut u32) -> i32;
-    pub fn VirtualQuery(addr: *const c_void, info: *mut MemoryBasicInformation, len: usize)
-        -> usize;
+    pub fn VirtualQuery(
+        addr: *const c_void,
+        info: *mut MemoryBasicInformation,
+        len: usize,
+    ) -> usize;
     pub fn GlobalMemoryStatusEx(status: *mut MemoryStatus) -> i32;
     pub fn GetStdHandle(which: u32) -> Handle;
     pub fn WriteFile(

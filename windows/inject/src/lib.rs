@@ -2,12 +2,14 @@
 //! DLL's path is written into the child and a thread of the child runs `LoadLibraryW` on it
 //! (`CreateRemoteThread`). Used by rocmguard.exe for the program it starts, and by rocmguard.dll
 //! for the processes that program starts in turn (a venv's `python.exe` is a launcher that
-//! starts the real interpreter; torchrun starts its ranks). `LoadLibraryW` lives in kernel32, which Windows maps at the same
-//! address in every process of a boot, so our address of it is the child's. The DLL hooks the
-//! child while it loads (its `DllMain`), so when the thread ends the child is guarded.
+//! starts the real interpreter; torchrun starts its ranks).
 //!
-//! Chosen over an early-bird APC (queued to the suspended main thread) because the launcher
-//! learns the result before it lets the program run: the thread's exit code is `LoadLibraryW`'s
+//! `LoadLibraryW` lives in kernel32, which Windows maps at the same address in every process of
+//! a boot, so our address of it is the child's. The DLL hooks the child while it loads (its
+//! `DllMain`), so when the thread ends the child is guarded.
+//!
+//! Chosen over an early-bird APC (queued to the suspended main thread) because the injector
+//! learns the result before it lets the child run: the thread's exit code is `LoadLibraryW`'s
 //! result (its low 32 bits), zero when the load failed. Both work under wine.
 
 use std::ffi::c_void;
@@ -59,8 +61,13 @@ extern "system" {
     fn ResumeThread(thread: Handle) -> u32;
     fn GetModuleHandleW(name: *const u16) -> Handle;
     fn GetProcAddress(module: Handle, name: *const u8) -> *mut c_void;
-    fn VirtualAllocEx(process: Handle, addr: *mut c_void, size: usize, kind: u32, protect: u32)
-        -> *mut c_void;
+    fn VirtualAllocEx(
+        process: Handle,
+        addr: *mut c_void,
+        size: usize,
+        kind: u32,
+        protect: u32,
+    ) -> *mut c_void;
     fn VirtualFreeEx(process: Handle, addr: *mut c_void, size: usize, kind: u32) -> i32;
     fn WriteProcessMemory(
         process: Handle,
@@ -87,7 +94,11 @@ extern "system" {
 fn last_error(what: &str) -> String {
     // SAFETY: no arguments.
     let code = unsafe { GetLastError() };
-    format!("{} failed ({})", what, std::io::Error::from_raw_os_error(code as i32))
+    format!(
+        "{} failed ({})",
+        what,
+        std::io::Error::from_raw_os_error(code as i32)
+    )
 }
 
 /// The main (only) thread of a child just started suspended, opened to resume it.
@@ -145,23 +156,46 @@ pub fn inject(process: Handle, dll: &Path) -> Result<(), String> {
     // released once the thread that reads it has ended.
     unsafe {
         let kernel32: Vec<u16> = "kernel32.dll".encode_utf16().chain(Some(0)).collect();
-        let load_library = GetProcAddress(GetModuleHandleW(kernel32.as_ptr()), b"LoadLibraryW\0".as_ptr());
+        let load_library = GetProcAddress(
+            GetModuleHandleW(kernel32.as_ptr()),
+            b"LoadLibraryW\0".as_ptr(),
+        );
         if load_library.is_null() {
             return Err(last_error("GetProcAddress(LoadLibraryW)"));
         }
-        let remote = VirtualAllocEx(process, std::ptr::null_mut(), bytes, MEM_COMMIT | MEM_RESERVE, PAGE_READWRITE);
+        let remote = VirtualAllocEx(
+            process,
+            std::ptr::null_mut(),
+            bytes,
+            MEM_COMMIT | MEM_RESERVE,
+            PAGE_READWRITE,
+        );
         if remote.is_null() {
             return Err(last_error("VirtualAllocEx"));
         }
         let mut written = 0;
-        if WriteProcessMemory(process, remote, path.as_ptr() as *const c_void, bytes, &mut written) == 0
+        if WriteProcessMemory(
+            process,
+            remote,
+            path.as_ptr() as *const c_void,
+            bytes,
+            &mut written,
+        ) == 0
             || written != bytes
         {
             let e = last_error("WriteProcessMemory");
             VirtualFreeEx(process, remote, 0, MEM_RELEASE);
             return Err(e);
         }
-        let thread = CreateRemoteThread(process, std::ptr::null_mut(), 0, load_library, remote, 0, std::ptr::null_mut());
+        let thread = CreateRemoteThread(
+            process,
+            std::ptr::null_mut(),
+            0,
+            load_library,
+            remote,
+            0,
+            std::ptr::null_mut(),
+        );
         if thread.is_null() {
             let e = last_error("CreateRemoteThread");
             VirtualFreeEx(process, remote, 0, MEM_RELEASE);
@@ -169,7 +203,10 @@ pub fn inject(process: Handle, dll: &Path) -> Result<(), String> {
         }
         let thread = Owned(thread);
         if WaitForSingleObject(thread.0, LOAD_TIMEOUT_MS) != WAIT_OBJECT_0 {
-            return Err(format!("LoadLibraryW in the child did not finish in {} s", LOAD_TIMEOUT_MS / 1000));
+            return Err(format!(
+                "LoadLibraryW in the child did not finish in {} s",
+                LOAD_TIMEOUT_MS / 1000
+            ));
         }
         VirtualFreeEx(process, remote, 0, MEM_RELEASE);
         let mut code = 0;

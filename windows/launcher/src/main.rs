@@ -63,7 +63,10 @@ fn run_main() -> i32 {
         }
     }
     let rest: Vec<OsString> = args.collect();
-    if matches!(rest.first().and_then(|a| a.to_str()), Some("--help") | Some("-h")) {
+    if matches!(
+        rest.first().and_then(|a| a.to_str()),
+        Some("--help") | Some("-h")
+    ) {
         print!("{}", options::help());
         return 0;
     }
@@ -83,14 +86,17 @@ fn find_dll(explicit: Option<&Path>) -> Result<PathBuf, String> {
         (Some(p), _) => (p.to_path_buf(), "--dll"),
         (None, Some(p)) => (PathBuf::from(p), "ROCMGUARD_LIB"),
         (None, None) => {
-            let exe = std::env::current_exe().map_err(|e| format!("cannot find rocmguard.exe itself: {}", e))?;
+            let exe = std::env::current_exe()
+                .map_err(|e| format!("cannot find rocmguard.exe itself: {}", e))?;
             (exe.with_file_name(DLL_NAME), "beside rocmguard.exe")
         }
     };
     let path = if path.is_absolute() {
         path
     } else {
-        std::env::current_dir().map_err(|e| e.to_string())?.join(path)
+        std::env::current_dir()
+            .map_err(|e| e.to_string())?
+            .join(path)
     };
     if !path.is_file() {
         return Err(format!("{} ({}) does not exist", path.display(), from));
@@ -112,7 +118,11 @@ fn launch(run: options::Run) -> i32 {
             Ok(path) => println!("inject {}", path.display()),
             Err(why) => println!("inject nothing: {}", why),
         }
-        let words: Vec<String> = run.command.iter().map(|w| w.to_string_lossy().into_owned()).collect();
+        let words: Vec<String> = run
+            .command
+            .iter()
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect();
         println!("run {}", words.join(" "));
         return 0;
     }
@@ -127,7 +137,11 @@ fn launch(run: options::Run) -> i32 {
         Ok(c) => c,
         Err(e) => {
             eprintln!("rocmguard: cannot run `{}`: {}", name, e);
-            return if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 };
+            return if e.kind() == io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
         }
     };
     // Ctrl+C reaches the program, which decides; we wait for it and pass its code on.

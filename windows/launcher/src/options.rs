@@ -26,7 +26,10 @@ pub fn option_name(key: &Key) -> String {
     ALIASES
         .iter()
         .find(|(name, _)| *name == key.name)
-        .map_or_else(|| key.name.replace('_', "-"), |(_, alias)| alias.to_string())
+        .map_or_else(
+            || key.name.replace('_', "-"),
+            |(_, alias)| alias.to_string(),
+        )
 }
 
 /// A key as people write it: `trim_threshold`, `trim-threshold`, `ROCMGUARD_TRIM_THRESHOLD`,
@@ -55,7 +58,9 @@ fn check_value(key: &Key, value: &str) -> Result<(), String> {
         None => Ok(()),
         Some(w) => {
             let marker = format!("{}={}: ", key.name, value);
-            let why = w.find(&marker).map_or(w.as_str(), |at| &w[at + marker.len()..]);
+            let why = w
+                .find(&marker)
+                .map_or(w.as_str(), |at| &w[at + marker.len()..]);
             Err(format!(
                 "--{} {}: {}",
                 option_name(key),
@@ -115,7 +120,10 @@ pub fn parse(args: Vec<OsString>) -> Result<Run, String> {
             "set" => {
                 let pair = value("KEY=VALUE")?;
                 let (k, v) = pair.split_once('=').ok_or_else(|| {
-                    format!("--set {}: not KEY=VALUE (for example trim_threshold=0.7)", pair)
+                    format!(
+                        "--set {}: not KEY=VALUE (for example trim_threshold=0.7)",
+                        pair
+                    )
                 })?;
                 let key = find_key(k)?;
                 check_value(key, v)?;
@@ -124,8 +132,13 @@ pub fn parse(args: Vec<OsString>) -> Result<Run, String> {
             option => {
                 let key = KEYS
                     .iter()
-                    .find(|k| option_name(k) == option || (k.name == "vram_limit" && option == "vram-limit"))
-                    .ok_or_else(|| format!("unknown option --{} (see rocmguard run --help)", option))?;
+                    .find(|k| {
+                        option_name(k) == option
+                            || (k.name == "vram_limit" && option == "vram-limit")
+                    })
+                    .ok_or_else(|| {
+                        format!("unknown option --{} (see rocmguard run --help)", option)
+                    })?;
                 let v = match (&inline, is_switch(key)) {
                     (None, true) => "1".to_string(),
                     _ => value("a value")?,
@@ -155,8 +168,10 @@ pub fn help() -> String {
          with its exit code. If the DLL cannot be injected, COMMAND still runs, unguarded.\n\n\
          Examples:\n  rocmguard run --cap 20GiB -- python train.py\n  \
          rocmguard run --cap 85% --stats -- python generate.py\n\n\
-         Options:\n  --set KEY=VALUE   set any guard key (repeatable; names as in ROCMGUARD_<KEY>)\n  \
-         --dll PATH        the rocmguard.dll to inject [default: $ROCMGUARD_LIB, else beside rocmguard.exe]\n  \
+         Options:\n  \
+         --set KEY=VALUE   set any guard key (repeatable; names as in ROCMGUARD_<KEY>)\n  \
+         --dll PATH        the rocmguard.dll to inject\n                    \
+         [default: $ROCMGUARD_LIB, else beside rocmguard.exe]\n  \
          --dry-run         print the environment and command instead of running it\n\n\
          Guard settings (each is also a ROCMGUARD_* variable):\n",
     );
@@ -188,7 +203,10 @@ mod tests {
 
     #[test]
     fn options_become_variables() {
-        let run = parse(words("--cap 1GiB --stats --set trim_threshold=0.7 --headroom=64MiB -- prog.exe --cap x")).unwrap();
+        let run = parse(words(
+            "--cap 1GiB --stats --set trim_threshold=0.7 --headroom=64MiB -- prog.exe --cap x",
+        ))
+        .unwrap();
         assert_eq!(
             run.vars,
             vec![
@@ -203,9 +221,15 @@ mod tests {
 
     #[test]
     fn bad_values_and_names_stop_the_launch() {
-        assert!(parse(words("--trim-threshold 2 -- p")).unwrap_err().contains("at most 1"));
-        assert!(parse(words("--set cpa=1 -- p")).unwrap_err().contains("unknown key"));
-        assert!(parse(words("--frobnicate -- p")).unwrap_err().contains("unknown option"));
+        assert!(parse(words("--trim-threshold 2 -- p"))
+            .unwrap_err()
+            .contains("at most 1"));
+        assert!(parse(words("--set cpa=1 -- p"))
+            .unwrap_err()
+            .contains("unknown key"));
+        assert!(parse(words("--frobnicate -- p"))
+            .unwrap_err()
+            .contains("unknown option"));
         assert!(parse(words("--cap 1GiB")).is_err());
     }
 }
