@@ -31,7 +31,10 @@ fn main() {
             .arg(format!("/def:{}", def.display()))
             .arg(format!("/out:{}", lib.display()))
             .status();
-        ("lib.exe (from a Visual Studio developer prompt)".to_string(), status)
+        (
+            "lib.exe (from a Visual Studio developer prompt)".to_string(),
+            status,
+        )
     } else {
         let tool = env::var("DLLTOOL").unwrap_or_else(|_| "x86_64-w64-mingw32-dlltool".to_string());
         let status = Command::new(&tool)

@@ -155,7 +155,7 @@ unsafe extern "system" fn get_proc_address(module: Module, name: *const c_char) 
 /// Whether a process about to be created gets the guard: not when the guard is off, nor under
 /// a debugger (the debugger owns its start).
 fn guard_child(flags: u32) -> bool {
-    flags & win::DEBUG_PROCESS == 0
+    flags & win::DEBUG_FLAGS == 0
         && crate::config().map_or(false, |c| !c.disable)
         && !crate::degraded()
 }

@@ -94,11 +94,9 @@ pub fn free(device: i32, addr: u64, size: u64) {
     record(Action::Free, device, addr, size);
 }
 
-/// One of the shim's own events: `oom`, `retry`, `trim`, `cap_warning`.
-pub fn event(action: &str, device: i32, addr: u64, size: u64) {
-    if let Some(a) = Action::parse(action) {
-        record(a, device, addr, size);
-    }
+/// One of the shim's own events: out-of-memory, retry, trim, cap warning.
+pub fn event(action: Action, device: i32, addr: u64, size: u64) {
+    record(action, device, addr, size);
 }
 
 /// Writes out what is buffered; at process exit, skipped if a thread that is gone holds the lock.

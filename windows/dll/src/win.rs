@@ -24,7 +24,7 @@ pub const PAGE_ANY_EXECUTE: u32 = 0x10 | 0x20 | 0x40 | 0x80;
 
 /// `CreateProcess` flags: start suspended; started under a debugger (left alone).
 pub const CREATE_SUSPENDED: u32 = 0x4;
-pub const DEBUG_PROCESS: u32 = 0x1 | 0x2; // DEBUG_PROCESS | DEBUG_ONLY_THIS_PROCESS
+pub const DEBUG_FLAGS: u32 = 0x1 | 0x2; // DEBUG_PROCESS | DEBUG_ONLY_THIS_PROCESS
 
 pub const STD_ERROR_HANDLE: u32 = -12i32 as u32;
 
