@@ -189,6 +189,46 @@ static int errors(void) {
     return 0;
 }
 
+static int workload(void) {
+    /* A deterministic mix of sizes and lifetimes; prints its own counts and peak live bytes for
+     * the trace round trip to compare with the replay of its recording. */
+    void* live[64] = {0};
+    size_t sizes[64] = {0};
+    unsigned long allocs = 0, frees = 0, now = 0, peak = 0;
+    unsigned x = 12345;
+    for (int i = 0; i < 5000; i++) {
+        x = x * 1103515245u + 12345u;
+        int slot = (x >> 8) % 64;
+        if (live[slot]) {
+            OK(hipFree(live[slot]));
+            live[slot] = NULL;
+            now -= sizes[slot];
+            frees++;
+        } else {
+            size_t size = (x >> 3) % 5 == 0 ? 1 + (x % (24 * MiB)) : 1 + (x % (256 * 1024));
+            OK(hipMalloc(&live[slot], size));
+            sizes[slot] = size;
+            now += size;
+            allocs++;
+            if (now > peak) peak = now;
+        }
+    }
+    printf("own_allocs %lu\nown_frees %lu\nown_peak_live %lu\n", allocs, frees, peak);
+    return 0;
+}
+
+static int hold(void) {
+    /* Holds 64 MiB until stdin closes, for `rocmguard stats` to look at. */
+    void* p = NULL;
+    OK(hipMalloc(&p, 64 * MiB));
+    printf("ready 1\n");
+    fflush(stdout);
+    char buf[16];
+    while (fread(buf, 1, sizeof buf, stdin) > 0) {
+    }
+    return hipFree(p);
+}
+
 int main(int argc, char** argv) {
     CHECK(argc == 2, "usage: guard_ops SCENARIO");
     const char* s = argv[1];
@@ -203,6 +243,8 @@ int main(int argc, char** argv) {
     if (!strcmp(s, "fork")) return forked();
     if (!strcmp(s, "live_at_exit")) return live_at_exit();
     if (!strcmp(s, "errors")) return errors();
+    if (!strcmp(s, "workload")) return workload();
+    if (!strcmp(s, "hold")) return hold();
     fprintf(stderr, "unknown scenario %s\n", s);
     return 2;
 }

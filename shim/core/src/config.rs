@@ -249,7 +249,7 @@ impl Config {
             let (k, v) = (k.as_ref(), v.as_ref());
             if k == "ROCMGUARD_CONF" {
                 for item in v.split(',').filter(|s| !s.trim().is_empty()) {
-                    let mut parts = item.splitn(2, |c| c == ':' || c == '=');
+                    let mut parts = item.splitn(2, [':', '=']);
                     let name = parts.next().unwrap_or("").trim().to_ascii_lowercase();
                     match parts.next() {
                         Some(value) => config.apply(&name, value, "ROCMGUARD_CONF", &mut warnings),
@@ -316,7 +316,7 @@ impl Config {
 /// `ROCMGUARD_` variables that are not pool settings: read by the launcher, the preload's
 /// bookkeeping or the simulator, so they must not be reported as typos.
 fn is_foreign(name: &str) -> bool {
-    matches!(name, "conf" | "lib" | "active" | "profile" | "sysroot")
+    matches!(name, "conf" | "lib" | "active" | "profile" | "sysroot" | "stats_dir")
 }
 
 #[cfg(test)]

@@ -32,14 +32,14 @@ fn class_above(granules: u64) -> usize {
     class_of(granules + (1u64 << (msb - SL_BITS)) - 1)
 }
 
-pub struct FreeIndex {
+pub(crate) struct FreeIndex {
     fl_map: u64,
     sl_map: [u16; FL],
     heads: Vec<u32>,
 }
 
 impl FreeIndex {
-    pub fn new() -> FreeIndex {
+    pub(crate) fn new() -> FreeIndex {
         FreeIndex {
             fl_map: 0,
             sl_map: [0; FL],
@@ -47,7 +47,7 @@ impl FreeIndex {
         }
     }
 
-    pub fn insert(&mut self, blocks: &mut [Block], i: u32) {
+    pub(crate) fn insert(&mut self, blocks: &mut [Block], i: u32) {
         let class = class_of(blocks[i as usize].size >> 8);
         let head = self.heads[class];
         blocks[i as usize].link_prev = NIL;
@@ -60,7 +60,7 @@ impl FreeIndex {
         self.sl_map[class / SL] |= 1 << (class % SL);
     }
 
-    pub fn remove(&mut self, blocks: &mut [Block], i: u32) {
+    pub(crate) fn remove(&mut self, blocks: &mut [Block], i: u32) {
         let (prev, next) = (blocks[i as usize].link_prev, blocks[i as usize].link_next);
         if prev != NIL {
             blocks[prev as usize].link_next = next;
@@ -82,7 +82,7 @@ impl FreeIndex {
     /// A free block of at least `size` bytes for which `accept` holds, close to the smallest:
     /// a short scan of the request's own class (where blocks may be smaller or larger), then
     /// the first block of the next non-empty class, which always fits.
-    pub fn find(
+    pub(crate) fn find(
         &self,
         blocks: &[Block],
         size: u64,
@@ -138,7 +138,7 @@ impl FreeIndex {
     }
 
     /// The largest free block's size (scans the top class only).
-    pub fn largest(&self, blocks: &[Block]) -> u64 {
+    pub(crate) fn largest(&self, blocks: &[Block]) -> u64 {
         if self.fl_map == 0 {
             return 0;
         }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use once_cell::sync::OnceCell;
+use rocmguard_core::trace::Action;
 use rocmguard_core::{AllocError, Config, DeviceSource, Pool, PoolOptions, SourceError, Stats};
 
 use crate::log;
@@ -63,6 +64,8 @@ thread_local! {
 /// The pool's view of one device through the real runtime.
 pub struct Source {
     device: i32,
+    /// An integrated GPU, whose figures the unified-memory view replaces.
+    integrated: bool,
     api: Api,
     captures: &'static AtomicUsize,
 }
@@ -119,7 +122,13 @@ impl DeviceSource for Source {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
         match self.on_device(|| unsafe { (self.api.mem_get_info)(&mut free, &mut total) }) {
-            SUCCESS => Ok((free as u64, total as u64)),
+            SUCCESS => {
+                let (free, total) = (free as u64, total as u64);
+                Ok((
+                    crate::uma::device_free(free, total, self.integrated),
+                    crate::uma::device_total(total, self.integrated),
+                ))
+            }
             code => Err(source_error(code)),
         }
     }
@@ -224,11 +233,11 @@ impl Active {
         }
         let source = Source {
             device,
+            integrated: self.is_integrated(device),
             api: self.api,
             captures: &self.captures,
         };
         let (_, total) = source.mem_info().ok()?;
-        let total = crate::uma::device_total(total, self.is_integrated(device));
         let options = PoolOptions::from_config(self.config, total);
         Some(cell.get_or_init(|| {
             log::info(format_args!(
@@ -272,7 +281,7 @@ impl Active {
                 OUT_OF_MEMORY
             }
             Err(AllocError::Source(e)) => {
-                crate::trace::event("oom", device, 0, size as u64);
+                crate::trace::event(Action::Oom, device, 0, size as u64);
                 e.code
             }
         };
@@ -330,7 +339,7 @@ impl Active {
         while code == OUT_OF_MEMORY && attempt < self.config.retries {
             attempt += 1;
             pool.trim_to(0);
-            crate::trace::event("retry", device, 0, size as u64);
+            crate::trace::event(Action::Retry, device, 0, size as u64);
             code = call();
             if code == SUCCESS {
                 // The failed attempt left its error in the runtime's slot; the program
@@ -413,7 +422,7 @@ impl Active {
             None => 0,
         };
         if released > 0 {
-            crate::trace::event("trim", device, 0, released);
+            crate::trace::event(Action::Trim, device, 0, released);
         }
         released
     }
@@ -464,7 +473,7 @@ impl Active {
     }
 
     fn refused(&self, device: i32, pool: &Pool<Source>, size: u64) {
-        crate::trace::event("oom", device, 0, size);
+        crate::trace::event(Action::Oom, device, 0, size);
         log::warn(format_args!(
             "[VRAM Limit] refused {} on dev{}: over the cap; {}",
             rocmguard_core::format_size(size),
@@ -478,7 +487,7 @@ impl Active {
         let near = (s.live + s.external) as f64 >= 0.95 * s.cap as f64;
         let flag = &self.warned[device as usize];
         if near && !flag.swap(true, Ordering::Relaxed) {
-            crate::trace::event("cap_warning", device, 0, s.live);
+            crate::trace::event(Action::CapWarning, device, 0, s.live);
             log::warn(format_args!(
                 "[VRAM Limit] Warning: near the cap; {}",
                 s.line(device)

@@ -1,7 +1,10 @@
 //! Process-wide duties set up at first use (never in a constructor): the stats table at exit,
-//! and fork handlers so a child never inherits a pool lock held by a thread it does not have.
+//! the live stats file for `rocmguard stats`, the trace recorder, and fork handlers so a child
+//! never inherits a pool lock held by a thread it does not have.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use rocmguard_core::{Config, Stats};
 
@@ -9,6 +12,7 @@ use crate::cuda::CUDA;
 use crate::hip::HIP;
 
 static mut PRINT_STATS: bool = false;
+static EXITING: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// Pool locks held from `fork()`'s prepare to its parent and child handlers, which run on
@@ -22,6 +26,30 @@ pub fn install(config: &Config) {
         PRINT_STATS = config.stats;
         libc::atexit(at_exit);
         libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
+    }
+    if let Some(path) = &config.trace {
+        crate::trace::start(path);
+    }
+    let _ = std::thread::Builder::new()
+        .name("rocmguard-stats".into())
+        .spawn(publish_live_stats);
+}
+
+/// Keeps this process's live stats file current (about once a second, when something changed)
+/// for `rocmguard stats`.
+fn publish_live_stats() {
+    let pid = std::process::id();
+    let command = std::fs::read("/proc/self/cmdline")
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim().to_string())
+        .unwrap_or_default();
+    let mut last = Vec::new();
+    while !EXITING.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(500));
+        let devices: Vec<(i32, Stats)> = all_stats().into_iter().flat_map(|(_, s)| s).collect();
+        if !devices.is_empty() && devices != last && !EXITING.load(Ordering::Acquire) {
+            let _ = rocmguard_core::live::publish(pid, &command, &devices);
+            last = devices;
+        }
     }
 }
 
@@ -37,6 +65,9 @@ pub fn all_stats() -> Vec<(String, Vec<(i32, Stats)>)> {
 extern "C" fn at_exit() {
     // Never calls the runtime: it may be gone already.
     let _ = std::panic::catch_unwind(|| {
+        EXITING.store(true, Ordering::Release);
+        crate::trace::finish();
+        let _ = rocmguard_core::live::remove(std::process::id());
         // SAFETY: written once in install.
         if unsafe { PRINT_STATS } {
             for (face, stats) in all_stats() {
