@@ -174,6 +174,13 @@ for how in linked loaded; do
 done
 
 P=loaded/guard.exe
+for call in A ExA ExW; do
+    w GUARD_LOADER=$call $RUN --cap 1GiB -- $P workspace
+    want create 0
+    want after_handle 2
+    verdict "loaded with LoadLibrary$call: rocblas.dll's imports of the runtime are hooked"
+done
+
 w $RUN --dll bin/broken.dll -- $P exit 5
 want_rc 5
 want_err "could not inject"

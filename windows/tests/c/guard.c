@@ -1,9 +1,10 @@
 /* The Windows guard test program, built twice with mingw:
  *   -DLINKED: imports the HIP runtime and rocBLAS through its import table (amdhip64_6.dll and
  *             rocblas.dll beside the program), as programs linked against the HIP SDK do;
- *   -DLOADED: loads them by full path from sim\ beside the program (LoadLibraryExW for the
- *             runtime, as AMD's PyTorch wheels load it; LoadLibraryW for rocBLAS) and finds
- *             every function with GetProcAddress.
+ *   -DLOADED: loads them by full path from sim\ beside the program, as AMD's PyTorch wheels
+ *             load the runtime, and finds every function with GetProcAddress. Both are loaded
+ *             with LoadLibraryW, or the call GUARD_LOADER names (A, ExA, ExW; the Ex calls with
+ *             the search flags torch uses).
  * `guard SCENARIO [N]` runs one scenario and prints what it saw as `key value` lines on stdout;
  * the test script (scripts/windows-test.sh) runs it with and without rocmguard.exe. */
 #include <stdint.h>
@@ -45,16 +46,23 @@ HIP_FUNCTIONS(DECLARE)
 BLAS_FUNCTIONS(DECLARE)
 #define CALL(name) p_##name
 
-static HMODULE load_beside(const wchar_t* file, int ex) {
-    wchar_t path[MAX_PATH];
-    DWORD n = GetModuleFileNameW(NULL, path, MAX_PATH);
-    wchar_t* slash = wcsrchr(path, L'\\');
+/* Loads sim\FILE beside this program with the call `how` names: W, A, ExW or ExA. */
+static HMODULE load_beside(const char* file, const char* how) {
+    char path[MAX_PATH];
+    wchar_t wide[MAX_PATH];
+    DWORD n = GetModuleFileNameA(NULL, path, MAX_PATH);
+    char* slash = strrchr(path, '\\');
     if (n == 0 || !slash) exit(90);
-    swprintf(slash + 1, MAX_PATH - (slash + 1 - path), L"sim\\%ls", file);
+    snprintf(slash + 1, MAX_PATH - (slash + 1 - path), "sim\\%s", file);
+    MultiByteToWideChar(CP_ACP, 0, path, -1, wide, MAX_PATH);
     /* LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR | LOAD_LIBRARY_SEARCH_DEFAULT_DIRS */
-    HMODULE m = ex ? LoadLibraryExW(path, NULL, 0x1100) : LoadLibraryW(path);
+    const DWORD flags = 0x1100;
+    HMODULE m = !strcmp(how, "A")     ? LoadLibraryA(path)
+                : !strcmp(how, "ExA") ? LoadLibraryExA(path, NULL, flags)
+                : !strcmp(how, "ExW") ? LoadLibraryExW(wide, NULL, flags)
+                                      : LoadLibraryW(wide);
     if (!m) {
-        fprintf(stderr, "cannot load %ls: error %lu\n", path, GetLastError());
+        fprintf(stderr, "cannot load %s with LoadLibrary%s: error %lu\n", path, how, GetLastError());
         exit(91);
     }
     return m;
@@ -67,9 +75,10 @@ static HMODULE load_beside(const wchar_t* file, int ex) {
     }
 
 static void load(void) {
-    HMODULE lib = load_beside(L"amdhip64_6.dll", 1);
+    const char* how = getenv("GUARD_LOADER") ? getenv("GUARD_LOADER") : "W";
+    HMODULE lib = load_beside("amdhip64_6.dll", how);
     HIP_FUNCTIONS(FIND)
-    lib = load_beside(L"rocblas.dll", 0);
+    lib = load_beside("rocblas.dll", how);
     BLAS_FUNCTIONS(FIND)
 }
 #endif
