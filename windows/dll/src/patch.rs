@@ -1,14 +1,14 @@
 //! Finding the loaded modules and rewriting their import tables (IAT): where a module imports a
 //! hooked function from the HIP runtime or a BLAS library, its slot gets our hook; where it
-//! imports the `LoadLibrary` family or `GetProcAddress`, its slot gets ours, so libraries it
-//! loads later and lookups it makes by name are caught too.
+//! imports the `LoadLibrary` family, `GetProcAddress` or `CreateProcess`, its slot gets ours, so
+//! libraries it loads later, lookups it makes by name and processes it starts are caught too.
 //!
 //! Each module is scanned once, when first seen (at injection, then after every load): its
 //! imports are bound by the loader when it is loaded, so nothing changes in them afterwards.
 //! Modules of the Windows directory are left alone (they import nothing of HIP, and hooking the
 //! loader inside the loader's own DLLs would only make every load pass through us twice), and so
-//! is this DLL. The HIP runtime keeps its own `GetProcAddress`, so its lookups of its own
-//! exports stay its own, as `hipGetProcAddress` needs.
+//! is this DLL. The HIP runtime keeps its own system imports, so its lookups of its own exports
+//! stay its own, as `hipGetProcAddress` needs.
 
 use std::ffi::{c_void, CStr};
 use std::os::raw::c_char;
