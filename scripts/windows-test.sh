@@ -174,11 +174,13 @@ for how in linked loaded; do
 done
 
 P=loaded/guard.exe
-for call in A ExA ExW; do
+for call in A ExA ExW ctypes; do
+    how=LoadLibrary$call
+    [ $call = ctypes ] && how="kernel32's LoadLibraryExW from GetProcAddress (as ctypes calls it)"
     w GUARD_LOADER=$call $RUN --cap 1GiB -- $P workspace
     want create 0
     want after_handle 2
-    verdict "loaded with LoadLibrary$call: rocblas.dll's imports of the runtime are hooked"
+    verdict "loaded with $how: rocblas.dll's imports of the runtime are hooked"
 done
 
 w $RUN --dll bin/broken.dll -- $P exit 5

@@ -131,7 +131,9 @@ unsafe extern "system" fn load_library_ex_w(name: *const u16, file: Handle, flag
 }
 
 /// `GetProcAddress`, answered with our hook where `module` is the HIP runtime or a guarded BLAS
-/// library and `name` is hooked.
+/// library and `name` is hooked, and with ours for kernel32's loader and process functions
+/// (Python's ctypes calls `kernel32.LoadLibraryExW` found this way, as torch does to load the
+/// runtime).
 unsafe extern "system" fn get_proc_address(module: Module, name: *const c_char) -> *mut c_void {
     let found = win::GetProcAddress(module, name);
     // A name that is really an ordinal has its high bits clear.
@@ -141,9 +143,6 @@ unsafe extern "system" fn get_proc_address(module: Module, name: *const c_char) 
     let _keep = win::KeepLastError::new();
     let hook = catch_unwind(AssertUnwindSafe(|| {
         let kind = import_kind(patch::file_name(&patch::path_of(module)))?;
-        if kind == Import::System {
-            return None;
-        }
         hook_for_import(kind, CStr::from_ptr(name).to_bytes(), found as usize)
     }));
     match hook {

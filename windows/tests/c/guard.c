@@ -4,7 +4,8 @@
  *   -DLOADED: loads them by full path from sim\ beside the program, as AMD's PyTorch wheels
  *             load the runtime, and finds every function with GetProcAddress. Both are loaded
  *             with LoadLibraryW, or the call GUARD_LOADER names (A, ExA, ExW; the Ex calls with
- *             the search flags torch uses).
+ *             the search flags torch uses; ctypes: LoadLibraryExW found with GetProcAddress on
+ *             kernel32, as Python's ctypes finds it when torch loads the runtime).
  * `guard SCENARIO [N]` runs one scenario and prints what it saw as `key value` lines on stdout;
  * the test script (scripts/windows-test.sh) runs it with and without rocmguard.exe. */
 #include <stdint.h>
@@ -46,7 +47,9 @@ HIP_FUNCTIONS(DECLARE)
 BLAS_FUNCTIONS(DECLARE)
 #define CALL(name) p_##name
 
-/* Loads sim\FILE beside this program with the call `how` names: W, A, ExW or ExA. */
+typedef HMODULE(WINAPI* LoadExW)(const wchar_t*, HANDLE, DWORD);
+
+/* Loads sim\FILE beside this program with the call `how` names: W, A, ExW, ExA or ctypes. */
 static HMODULE load_beside(const char* file, const char* how) {
     char path[MAX_PATH];
     wchar_t wide[MAX_PATH];
@@ -57,7 +60,10 @@ static HMODULE load_beside(const char* file, const char* how) {
     MultiByteToWideChar(CP_ACP, 0, path, -1, wide, MAX_PATH);
     /* LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR | LOAD_LIBRARY_SEARCH_DEFAULT_DIRS */
     const DWORD flags = 0x1100;
-    HMODULE m = !strcmp(how, "A")     ? LoadLibraryA(path)
+    LoadExW by_name =
+        (LoadExW)(void (*)(void))GetProcAddress(GetModuleHandleW(L"kernel32.dll"), "LoadLibraryExW");
+    HMODULE m = !strcmp(how, "ctypes") ? by_name(wide, NULL, flags)
+                : !strcmp(how, "A")     ? LoadLibraryA(path)
                 : !strcmp(how, "ExA") ? LoadLibraryExA(path, NULL, flags)
                 : !strcmp(how, "ExW") ? LoadLibraryExW(wide, NULL, flags)
                                       : LoadLibraryW(wide);
