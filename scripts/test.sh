@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite (the README's second command). On a fresh Debian machine it installs what
+# the tests need first: the real ROCm 5.2 HIP library and headers (the shim is tested in front of
+# it), Debian's rustc 1.63 (the core's minimum), and through scripts/windows-test.sh the mingw
+# cross toolchain and wine64.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages="gcc python3 libamdhip64-5 libamdhip64-dev rustc cargo"
+missing=""
+for p in $packages; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    echo "test: installing$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing >/dev/null
+fi
+
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --release -- -D warnings
+cargo build --workspace --release
+cargo test --workspace --release
+scripts/core-msrv.sh
+scripts/windows-test.sh
