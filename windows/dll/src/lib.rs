@@ -12,7 +12,7 @@
 use std::ffi::c_void;
 use std::os::raw::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use once_cell::sync::OnceCell;
 use rocmguard_core::{Config, Stats};
@@ -34,6 +34,10 @@ mod win;
 
 static CONFIG: OnceCell<Config> = OnceCell::new();
 static DEGRADED: AtomicBool = AtomicBool::new(false);
+/// Hook bodies running now. Pool locks are only taken inside them, so when the process ends
+/// (other threads already stopped, whatever locks they held) and this is zero, no pool lock
+/// can be held by a stopped thread and the exit table may read the pools.
+static IN_HOOKS: AtomicUsize = AtomicUsize::new(0);
 static HOOK_FAILURE_SAID: AtomicBool = AtomicBool::new(false);
 
 /// The configuration, read once from the environment (at attach, or at first use).
@@ -65,7 +69,10 @@ pub(crate) fn boundary<T>(name: &str, body: impl FnOnce() -> T, fallback: impl F
     if degraded() {
         return fallback();
     }
-    match catch_unwind(AssertUnwindSafe(body)) {
+    IN_HOOKS.fetch_add(1, Ordering::AcqRel);
+    let result = catch_unwind(AssertUnwindSafe(body));
+    IN_HOOKS.fetch_sub(1, Ordering::AcqRel);
+    match result {
         Ok(v) => v,
         Err(_) => {
             if !DEGRADED.swap(true, Ordering::SeqCst) {
@@ -137,15 +144,25 @@ fn attach(module: win::Module) {
 
 fn at_exit() {
     if config().map_or(false, |c| c.stats) {
-        let stats: Vec<(i32, Stats)> = hip::HIP.stats();
-        if !stats.is_empty() {
-            log::write_at_exit(&format!(
-                "rocmguard: HIP memory at exit\n{}",
-                Stats::table(&stats)
-            ));
-        }
+        print_stats_at_exit();
     }
     trace::flush_at_exit();
+}
+
+fn print_stats_at_exit() {
+    if IN_HOOKS.load(Ordering::Acquire) != 0 {
+        log::write_at_exit(
+            "rocmguard: no stats table: the process ended while a thread was inside rocmguard\n",
+        );
+        return;
+    }
+    let stats: Vec<(i32, Stats)> = hip::HIP.stats();
+    if !stats.is_empty() {
+        log::write_at_exit(&format!(
+            "rocmguard: HIP memory at exit\n{}",
+            Stats::table(&stats)
+        ));
+    }
 }
 
 /// The library's version, for programs that want to know.
