@@ -129,6 +129,11 @@ for how in linked loaded; do
     [[ $ERR == "rocmguard "* ]] || WHY="${WHY}stderr does not start with the first-use line; "
     verdict "$how: past the cap hipMalloc is refused with hipErrorOutOfMemory and the program goes on"
 
+    w $RUN --cap 1GiB -- $P cap
+    want total $GIB
+    want attribute $GIB
+    verdict "$how: on a 16 GiB device the total-memory attribute (saturated at INT_MAX) shows the cap"
+
     w HIPSIM_VRAM=1536MiB $P cap
     want total 1610612736
     want past_cap 0
