@@ -11,6 +11,7 @@
 //! for the whole quarantine, and never while the source says a synchronize would do harm.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -133,6 +134,10 @@ pub struct Pool<S: DeviceSource> {
     source: S,
     options: PoolOptions,
     state: Mutex<State>,
+    /// Live plus external bytes and the cap, mirrored out of the lock so callers can watch how
+    /// near the cap the program is without taking it.
+    used: AtomicU64,
+    cap: AtomicU64,
 }
 
 impl<S: DeviceSource> Pool<S> {
@@ -143,6 +148,8 @@ impl<S: DeviceSource> Pool<S> {
         };
         Pool {
             source,
+            used: AtomicU64::new(0),
+            cap: AtomicU64::new(options.cap),
             options,
             state: Mutex::new(State {
                 blocks: Vec::new(),
@@ -166,6 +173,19 @@ impl<S: DeviceSource> Pool<S> {
 
     pub fn options(&self) -> &PoolOptions {
         &self.options
+    }
+
+    /// `(live + external, cap)` without taking the lock (a moment old at most).
+    pub fn usage(&self) -> (u64, u64) {
+        (
+            self.used.load(Ordering::Relaxed),
+            self.cap.load(Ordering::Relaxed),
+        )
+    }
+
+    fn mirror(&self, st: &State) {
+        self.used.store(st.live_total(), Ordering::Relaxed);
+        self.cap.store(st.stats.cap, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -197,6 +217,7 @@ impl<S: DeviceSource> Pool<S> {
                 !synced && st.stats.quarantined >= rounded && self.source.may_synchronize();
             if let Some(addr) = st.serve(rounded, size, self.options.max_split, quarantine_helps) {
                 st.stats.pool_hits += 1;
+                self.mirror(&st);
                 return Ok(addr);
             }
             if quarantine_helps {
@@ -207,7 +228,9 @@ impl<S: DeviceSource> Pool<S> {
             let error = match self.grow(&mut st, rounded) {
                 Ok(block) => {
                     let oversize = self.options.max_split.unwrap_or(u64::MAX);
-                    return Ok(st.take(block, rounded, size, oversize));
+                    let addr = st.take(block, rounded, size, oversize);
+                    self.mirror(&st);
+                    return Ok(addr);
                 }
                 Err(e) => e,
             };
@@ -215,6 +238,7 @@ impl<S: DeviceSource> Pool<S> {
                 // The small pool could not grow; free room in a large segment serves.
                 if let Some(addr) = st.serve_in(1, rounded, size, self.options.max_split, false) {
                     st.stats.pool_hits += 1;
+                    self.mirror(&st);
                     return Ok(addr);
                 }
             }
@@ -246,6 +270,7 @@ impl<S: DeviceSource> Pool<S> {
         st.stats.quarantined += size;
         st.stats.live -= requested;
         st.stats.frees += 1;
+        self.mirror(&st);
         Some(requested)
     }
 
@@ -286,6 +311,7 @@ impl<S: DeviceSource> Pool<S> {
     pub fn set_cap(&self, cap: u64) {
         let mut st = self.lock();
         st.stats.cap = cap;
+        self.mirror(&st);
         let keep = cap.saturating_sub(st.stats.external);
         self.trim_locked(&mut st, keep);
     }
@@ -303,12 +329,14 @@ impl<S: DeviceSource> Pool<S> {
             self.trim_locked(&mut st, keep);
         }
         st.stats.external += bytes;
+        self.mirror(&st);
         Ok(())
     }
 
     pub fn uncharge(&self, bytes: u64) {
         let mut st = self.lock();
         st.stats.external = st.stats.external.saturating_sub(bytes);
+        self.mirror(&st);
     }
 
     /// `(free, total)` as the program should see them: total is the cap; free is what the cap
@@ -364,6 +392,7 @@ impl<S: DeviceSource> Pool<S> {
                 ..stats
             },
         };
+        self.mirror(&st);
     }
 
     fn synchronize_and_release<'a>(&'a self, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {

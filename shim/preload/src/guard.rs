@@ -289,28 +289,24 @@ impl Active {
         Some(code)
     }
 
-    /// Gives a block back to whichever pool holds it; `false` if none does.
+    /// Gives a block back to whichever pool holds it (the current device's first); `false` if
+    /// none does.
     pub fn free(&self, ptr: *mut c_void) -> bool {
         let addr = ptr as u64;
         let current = self.current_device().unwrap_or(0);
-        let first = self.pools.get(current as usize).and_then(|c| c.get());
-        let owner = first
-            .filter(|p| p.live_size(addr).is_some())
-            .map(|p| (current, p))
-            .or_else(|| {
-                self.existing_pools()
-                    .find(|(_, p)| p.live_size(addr).is_some())
-            });
-        match owner {
-            Some((device, pool)) => match pool.free(addr) {
-                Some(size) => {
-                    crate::trace::free(device, addr, size);
-                    true
-                }
-                None => false,
-            },
-            None => false,
+        let first = self
+            .pools
+            .get(current as usize)
+            .and_then(|c| c.get())
+            .map(|p| (current, p));
+        let others = self.existing_pools().filter(|(d, _)| *d != current);
+        for (device, pool) in first.into_iter().chain(others) {
+            if let Some(size) = pool.free(addr) {
+                crate::trace::free(device, addr, size);
+                return true;
+            }
         }
+        false
     }
 
     /// Runs a pass-through allocation (`call`) counted against the cap of the current device,
@@ -483,16 +479,16 @@ impl Active {
     }
 
     fn warn_near_cap(&self, device: i32, pool: &Pool<Source>) {
-        let s = pool.stats();
-        let near = (s.live + s.external) as f64 >= 0.95 * s.cap as f64;
+        let (used, cap) = pool.usage();
+        let near = used as f64 >= 0.95 * cap as f64;
         let flag = &self.warned[device as usize];
         if near && !flag.swap(true, Ordering::Relaxed) {
-            crate::trace::event(Action::CapWarning, device, 0, s.live);
+            crate::trace::event(Action::CapWarning, device, 0, used);
             log::warn(format_args!(
                 "[VRAM Limit] Warning: near the cap; {}",
-                s.line(device)
+                pool.stats().line(device)
             ));
-        } else if !near && (s.live as f64) < 0.9 * s.cap as f64 {
+        } else if !near && (used as f64) < 0.9 * cap as f64 {
             flag.store(false, Ordering::Relaxed);
         }
     }

@@ -4,8 +4,8 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 use crate::guard::{self, Api, Face, GetDeviceFn, Guard, SetDeviceFn, SUCCESS, SYMBOL_NOT_FOUND};
-use crate::resolve::Real;
 use crate::hooks::hooks;
+use crate::resolve::Real;
 
 pub type Stream = *mut c_void;
 pub type MemPool = *mut c_void;

@@ -14,9 +14,9 @@ use rocmguard_core::Config;
 mod blas;
 mod cuda;
 mod dl;
-mod hooks;
 mod guard;
 mod hip;
+mod hooks;
 mod log;
 mod process;
 mod resolve;
@@ -29,12 +29,15 @@ static DEGRADED: AtomicBool = AtomicBool::new(false);
 /// The configuration, read once from the environment at first use (never in a constructor).
 pub(crate) fn config() -> Option<&'static Config> {
     Some(CONFIG.get_or_init(|| {
-        let (config, warnings) = Config::from_vars(std::env::vars_os().filter_map(|(k, v)| {
-            Some((k.into_string().ok()?, v.into_string().ok()?))
-        }));
+        let (config, warnings) = Config::from_vars(
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+        );
         log::init(&config, &warnings);
         if config.disable {
-            log::warn(format_args!("ROCMGUARD_DISABLE is set: passing every call straight through"));
+            log::warn(format_args!(
+                "ROCMGUARD_DISABLE is set: passing every call straight through"
+            ));
         }
         process::install(&config);
         config

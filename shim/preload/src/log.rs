@@ -24,7 +24,11 @@ pub fn init(config: &Config, warnings: &[String]) {
         let file = config.log_file.clone();
         let writer = move || -> Box<dyn Write> {
             match &file {
-                Some(path) => match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+                Some(path) => match std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                {
                     Ok(f) => Box::new(Tee(std::io::stderr(), f)),
                     Err(_) => Box::new(std::io::stderr()),
                 },

@@ -40,7 +40,12 @@ pub fn install(config: &Config) {
 fn publish_live_stats() {
     let pid = std::process::id();
     let command = std::fs::read("/proc/self/cmdline")
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim().to_string())
+        .map(|c| {
+            String::from_utf8_lossy(&c)
+                .replace('\0', " ")
+                .trim()
+                .to_string()
+        })
         .unwrap_or_default();
     let mut last = Vec::new();
     while !EXITING.load(Ordering::Acquire) {
@@ -71,7 +76,11 @@ extern "C" fn at_exit() {
         // SAFETY: written once in install.
         if unsafe { PRINT_STATS } {
             for (face, stats) in all_stats() {
-                eprint!("rocmguard: {} memory at exit\n{}", face, Stats::table(&stats));
+                eprint!(
+                    "rocmguard: {} memory at exit\n{}",
+                    face,
+                    Stats::table(&stats)
+                );
             }
         }
     });

@@ -17,7 +17,8 @@ pub fn real_dlsym() -> DlsymFn {
     if f == 0 {
         for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
             // SAFETY: dlvsym with valid C strings; RTLD_NEXT skips this library.
-            f = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) } as usize;
+            f = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) }
+                as usize;
             if f != 0 {
                 break;
             }
@@ -42,7 +43,11 @@ pub struct Real<F> {
 unsafe impl<F> Sync for Real<F> {}
 
 impl<F: Copy> Real<F> {
-    pub const fn new(name: &'static CStr, version: &'static CStr, libs: &'static [&'static str]) -> Real<F> {
+    pub const fn new(
+        name: &'static CStr,
+        version: &'static CStr,
+        libs: &'static [&'static str],
+    ) -> Real<F> {
         Real {
             name,
             version,
@@ -70,7 +75,9 @@ impl<F: Copy> Real<F> {
 
     /// Remembers an address seen through `dlsym` or `hipGetProcAddress` when none is known yet.
     pub fn offer(&self, addr: usize) {
-        let _ = self.addr.compare_exchange(0, addr, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self
+            .addr
+            .compare_exchange(0, addr, Ordering::AcqRel, Ordering::Acquire);
     }
 
     fn resolve(&self) -> usize {
@@ -78,7 +85,8 @@ impl<F: Copy> Real<F> {
         unsafe {
             let mut a = 0;
             if !self.version.is_empty() {
-                a = libc::dlvsym(libc::RTLD_NEXT, self.name.as_ptr(), self.version.as_ptr()) as usize;
+                a = libc::dlvsym(libc::RTLD_NEXT, self.name.as_ptr(), self.version.as_ptr())
+                    as usize;
             }
             if a == 0 {
                 a = real_dlsym()(libc::RTLD_NEXT, self.name.as_ptr()) as usize;
@@ -94,7 +102,9 @@ impl<F: Copy> Real<F> {
 /// Looks `name` up in every loaded object whose file name starts with one of `libs`.
 unsafe fn find_in_loaded(libs: &[&str], name: &CStr, version: &CStr) -> usize {
     for path in loaded_objects(libs) {
-        let Ok(cpath) = std::ffi::CString::new(path) else { continue };
+        let Ok(cpath) = std::ffi::CString::new(path) else {
+            continue;
+        };
         let handle = libc::dlopen(cpath.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
         if handle.is_null() {
             continue;
@@ -120,7 +130,11 @@ pub fn loaded_objects(prefixes: &[&str]) -> Vec<String> {
         prefixes: &'a [&'a str],
         found: Vec<String>,
     }
-    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
         let search = &mut *(data as *mut Search);
         let name = (*info).dlpi_name;
         if !name.is_null() {

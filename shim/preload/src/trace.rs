@@ -56,12 +56,18 @@ pub fn start(path: &str) {
     let file = match File::create(&path) {
         Ok(f) => f,
         Err(e) => {
-            crate::log::warn(format_args!("cannot record the trace to {}: {}; not recording", path, e));
+            crate::log::warn(format_args!(
+                "cannot record the trace to {}: {}; not recording",
+                path, e
+            ));
             return;
         }
     };
     let mut out: Box<dyn Write + Send> = if path.ends_with(".gz") {
-        Box::new(flate2::write::GzEncoder::new(BufWriter::new(file), flate2::Compression::fast()))
+        Box::new(flate2::write::GzEncoder::new(
+            BufWriter::new(file),
+            flate2::Compression::fast(),
+        ))
     } else {
         Box::new(BufWriter::new(file))
     };
@@ -87,7 +93,9 @@ pub fn start(path: &str) {
             }
         });
     if spawned.is_err() {
-        crate::log::warn(format_args!("no trace writer thread; the trace is written at exit"));
+        crate::log::warn(format_args!(
+            "no trace writer thread; the trace is written at exit"
+        ));
     }
     install_sigterm_flush();
 }
@@ -111,7 +119,10 @@ fn record(action: Action, device: i32, pointer: u64, size: u64) {
                 thread: unsafe { libc::gettid() } as u64,
                 records: Mutex::new(Vec::with_capacity(1024)),
             });
-            r.buffers.lock().unwrap_or_else(|e| e.into_inner()).push(b.clone());
+            r.buffers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(b.clone());
             b
         });
         let mut records = buffer.records.lock().unwrap_or_else(|e| e.into_inner());
@@ -140,16 +151,24 @@ pub fn event(action: Action, device: i32, pointer: u64, size: u64) {
 /// Never blocks on the output: if another drain holds it, this one leaves the work to it.
 fn drain(last: bool) {
     let Some(r) = RECORDER.get() else { return };
-    let mut out = match if last { Ok(r.out.lock().unwrap_or_else(|e| e.into_inner())) } else { r.out.try_lock() } {
+    let mut out = match if last {
+        Ok(r.out.lock().unwrap_or_else(|e| e.into_inner()))
+    } else {
+        r.out.try_lock()
+    } {
         Ok(o) => o,
         Err(_) => return,
     };
     let Some(writer) = out.as_mut() else { return };
-    let buffers: Vec<Arc<ThreadBuffer>> = r.buffers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let buffers: Vec<Arc<ThreadBuffer>> =
+        r.buffers.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut text = String::new();
     let mut taken = Vec::with_capacity(1024);
     for b in buffers {
-        std::mem::swap(&mut *b.records.lock().unwrap_or_else(|e| e.into_inner()), &mut taken);
+        std::mem::swap(
+            &mut *b.records.lock().unwrap_or_else(|e| e.into_inner()),
+            &mut taken,
+        );
         for rec in taken.drain(..) {
             write_event(
                 &Event {
@@ -201,7 +220,9 @@ fn install_sigterm_flush() {
     // SAFETY: querying and setting a signal disposition.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL {
+        if libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_DFL
+        {
             let mut act: libc::sigaction = std::mem::zeroed();
             act.sa_sigaction = on_term as *const () as usize;
             libc::sigaction(libc::SIGTERM, &act, std::ptr::null_mut());

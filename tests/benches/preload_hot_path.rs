@@ -1,0 +1,24 @@
+//! The preloaded hot path: hipMalloc+hipFree pairs served from the pool through the real
+//! interposition (LD_PRELOAD, a C program, hipsim underneath), against the same calls straight
+//! into the simulator with HIPSIM_LATENCY_US=0. Prints the median nanoseconds per pair.
+//! Needs `cargo build --release` first.
+use rocmguard_tests::{compile_c, guarded_command, output, sim_command, text};
+
+fn main() {
+    let exe = compile_c("bench_pairs", &["bench_pairs.c"], &["-O2", "-lamdhip64"]);
+    let measure = |mut cmd: std::process::Command, pairs: &str| -> f64 {
+        let out = output(cmd.arg(pairs).env("HIPSIM_LATENCY_US", "0"));
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    let guarded = measure(guarded_command(&exe), "200000");
+    let direct = measure(sim_command(&exe), "20000");
+    println!(
+        "hipMalloc+hipFree pair through librocmguard.so (pooled): {:>8.1} ns",
+        guarded
+    );
+    println!(
+        "hipMalloc+hipFree pair straight into hipsim (latency 0): {:>8.1} ns",
+        direct
+    );
+}
