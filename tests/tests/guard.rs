@@ -364,7 +364,11 @@ fn a_recorded_trace_replays_to_the_program_own_figures() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["trace-%p.csv", "trace-%p.csv.gz"] {
         let path = dir.path().join(name);
-        let s = guarded("guard_ops", &["workload"], &[("ROCMGUARD_TRACE", path.to_str().unwrap())]);
+        let s = guarded(
+            "guard_ops",
+            &["workload"],
+            &[("ROCMGUARD_TRACE", path.to_str().unwrap())],
+        );
         s.succeeded();
         let suffix = name.trim_start_matches("trace-%p");
         let file = std::fs::read_dir(dir.path())
@@ -372,11 +376,21 @@ fn a_recorded_trace_replays_to_the_program_own_figures() {
             .map(|e| e.unwrap().path())
             .find(|p| p.to_str().unwrap().ends_with(suffix) && !p.to_str().unwrap().contains('%'))
             .expect("%p expanded to the pid");
-        let out = output(std::process::Command::new(rocmguard_tests::cli()).arg("replay").arg("--json").arg(&file));
+        let out = output(
+            std::process::Command::new(rocmguard_tests::cli())
+                .arg("replay")
+                .arg("--json")
+                .arg(&file),
+        );
         assert!(out.status.success(), "{}", text(&out));
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let trace = &json["traces"][0];
-        assert_eq!(trace["peak_live"].as_i64().unwrap(), s.num("own_peak_live"), "{}", file.display());
+        assert_eq!(
+            trace["peak_live"].as_i64().unwrap(),
+            s.num("own_peak_live"),
+            "{}",
+            file.display()
+        );
         assert_eq!(trace["allocs"].as_i64().unwrap(), s.num("own_allocs"));
         assert_eq!(trace["frees"].as_i64().unwrap(), s.num("own_frees"));
         std::fs::remove_file(file).unwrap();
@@ -386,22 +400,40 @@ fn a_recorded_trace_replays_to_the_program_own_figures() {
 #[test]
 fn an_apu_reports_its_unified_memory_ceiling() {
     let root = rocmguard_tests::root().join("tests/fixtures/sysroot/strix-halo");
-    let ceiling = rocmguard_core::topology::unified_memory_ceiling(&root, rocmguard_core::Config::default().host_reserve)
-        .expect("the Strix Halo tree has a GTT size");
+    let ceiling = rocmguard_core::topology::unified_memory_ceiling(
+        &root,
+        rocmguard_core::Config::default().host_reserve,
+    )
+    .expect("the Strix Halo tree has a GTT size");
     let env = [
         ("HIPSIM_INTEGRATED", "1"),
         ("HIPSIM_VRAM", "96GiB"),
         ("ROCMGUARD_SYSROOT", root.to_str().unwrap()),
     ];
     let plain = unguarded("guard_cap", &[], &env);
-    assert!(plain.num("total") < 16 * GIB as i64, "the simulated APU misreports its memory");
+    assert!(
+        plain.num("total") < 16 * GIB as i64,
+        "the simulated APU misreports its memory"
+    );
     let s = guarded("guard_cap", &[], &env);
     s.succeeded();
     assert_eq!(s.num("total"), ceiling as i64);
     assert_eq!(s.num("props_total"), ceiling as i64);
-    assert!(ceiling > 32 * GIB, "the ceiling ({}) is far above the carve-out", ceiling);
-    let off = guarded("guard_cap", &[], &[env[0], env[1], env[2], ("ROCMGUARD_UMA", "0")]);
-    assert_eq!(off.num("total"), plain.num("total"), "ROCMGUARD_UMA=0 keeps the runtime's figures");
+    assert!(
+        ceiling > 32 * GIB,
+        "the ceiling ({}) is far above the carve-out",
+        ceiling
+    );
+    let off = guarded(
+        "guard_cap",
+        &[],
+        &[env[0], env[1], env[2], ("ROCMGUARD_UMA", "0")],
+    );
+    assert_eq!(
+        off.num("total"),
+        plain.num("total"),
+        "ROCMGUARD_UMA=0 keeps the runtime's figures"
+    );
 }
 
 #[test]
@@ -415,12 +447,15 @@ fn rocmguard_stats_shows_a_live_process_and_forgets_it_at_exit() {
         .stdout(std::process::Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     assert_eq!(line.trim(), "ready 1");
     let pid = child.id().to_string();
     let stats = || {
         let mut c = std::process::Command::new(rocmguard_tests::cli());
-        c.args(["stats", &pid]).env("ROCMGUARD_STATS_DIR", dir.path());
+        c.args(["stats", &pid])
+            .env("ROCMGUARD_STATS_DIR", dir.path());
         output(&mut c)
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -432,10 +467,23 @@ fn rocmguard_stats_shows_a_live_process_and_forgets_it_at_exit() {
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     };
-    assert!(shown.contains("64.0 MiB"), "the live figures of pid {}:\n{}", pid, shown);
+    assert!(
+        shown.contains("64.0 MiB"),
+        "the live figures of pid {}:\n{}",
+        pid,
+        shown
+    );
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
     let after = stats();
-    assert!(!String::from_utf8_lossy(&after.stdout).contains("64.0 MiB"), "{}", text(&after));
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the file is removed at exit");
+    assert!(
+        !String::from_utf8_lossy(&after.stdout).contains("64.0 MiB"),
+        "{}",
+        text(&after)
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "the file is removed at exit"
+    );
 }

@@ -56,5 +56,8 @@ fn every_hooked_call_returns_what_the_real_runtime_returns() {
     let without = run(&exe, false);
     let with = run(&exe, true);
     assert!(without.lines().count() >= 20, "{}", without);
-    assert_eq!(with, without, "the shim changed a code the real runtime returned");
+    assert_eq!(
+        with, without,
+        "the shim changed a code the real runtime returned"
+    );
 }

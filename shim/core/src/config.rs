@@ -316,7 +316,10 @@ impl Config {
 /// `ROCMGUARD_` variables that are not pool settings: read by the launcher, the preload's
 /// bookkeeping or the simulator, so they must not be reported as typos.
 fn is_foreign(name: &str) -> bool {
-    matches!(name, "conf" | "lib" | "active" | "profile" | "sysroot" | "stats_dir")
+    matches!(
+        name,
+        "conf" | "lib" | "active" | "profile" | "sysroot" | "stats_dir"
+    )
 }
 
 #[cfg(test)]
