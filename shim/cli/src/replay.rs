@@ -123,7 +123,7 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
     }
     let (report, panels) = run(&traces, &policies, capacity, args.plot.is_some());
     if let Some(path) = &args.plot {
-        let text = if path.extension().map_or(false, |e| e == "svg") {
+        let text = if path.extension().is_some_and(|e| e == "svg") {
             plot::svg(&panels)
         } else {
             plot::html(&panels)

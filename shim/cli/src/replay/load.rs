@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
 use flate2::read::MultiGzDecoder;
@@ -117,12 +117,26 @@ fn load_detected(
     match head {
         [] => Err(error(None, "is empty".to_string())),
         [0x1f, 0x8b, ..] if gzip_allowed => {
-            let inner = BufReader::with_capacity(1 << 16, MultiGzDecoder::new(input));
+            let inner = BufReader::with_capacity(1 << 16, Gzip(MultiGzDecoder::new(input)));
             load_detected(file, name, Box::new(inner), false)
         }
         [0x1f, 0x8b, ..] => Err(error(None, "gzip inside gzip".to_string())),
         [0x80, ..] => snapshot::load(file, name, input),
         _ => load_csv(file, name, input),
+    }
+}
+
+/// A gzip decoder whose errors say that the compression, not the text, is broken.
+struct Gzip<R>(MultiGzDecoder<R>);
+
+impl<R: BufRead> Read for Gzip<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("the gzip data is truncated or corrupt ({})", e),
+            )
+        })
     }
 }
 

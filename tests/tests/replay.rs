@@ -1,0 +1,661 @@
+//! `rocmguard replay` and the trace readers: the real binary on the shared PyTorch traces, RMM's
+//! own logs, our format and PyTorch snapshots; its errors; and property tests that no input
+//! makes a reader panic or a capacity search lie.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use proptest::prelude::*;
+use rocmguard_cli::replay::load::{self, Op, Trace};
+use rocmguard_cli::replay::policy::{self, Policy, RESOLUTION, UNLIMITED};
+use rocmguard_core::trace::{self, Action, Event};
+use rocmguard_tests::{cli, output, root, text};
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    root().join("tests/fixtures/replay").join(name)
+}
+
+fn shared_traces() -> PathBuf {
+    root().join("../shared/traces")
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(test: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("rocmguard-replay-{}-{}", std::process::id(), test));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn replay(args: &[&str], files: &[&Path]) -> Output {
+    output(Command::new(cli()).arg("replay").args(args).args(files))
+}
+
+/// Runs `replay --json` and returns the parsed report, asserting success and a quiet stderr (no
+/// progress bar when stderr is not a terminal).
+fn replay_json(args: &[&str], files: &[&Path]) -> Value {
+    let out = replay(&[&["--json"], args].concat(), files);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.stderr.is_empty(), "stderr not quiet: {}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{}: {}", e, text(&out)))
+}
+
+fn trace<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["trace"] == name)
+        .unwrap_or_else(|| panic!("no trace {} in {}", name, report))
+}
+
+fn policy<'a>(trace: &'a Value, name: &str) -> &'a Value {
+    trace["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["policy"] == name)
+        .unwrap_or_else(|| panic!("no policy {} in {}", name, trace))
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("{} is not a count", v))
+}
+
+fn ratio(p: &Value) -> f64 {
+    u(&p["peak_reserved"]) as f64 / u(&p["peak_live"]) as f64
+}
+
+#[test]
+fn shared_traces_reproduce_the_readme() {
+    let dir = shared_traces();
+    let files: Vec<PathBuf> = ["gpt2_train", "resnet_train", "model_swap_video"]
+        .iter()
+        .map(|n| dir.join(format!("{}.csv.gz", n)))
+        .collect();
+    let refs: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    let report = replay_json(&[], &refs);
+    assert_eq!(report["capacity"], Value::Null);
+    // peak live to the byte; PyTorch's own peak reserved / peak live; the README's cost of
+    // 2 MiB rounding with small requests packed perfectly (our passthrough model).
+    for (name, peak_live, torch, rounding, live_at_end) in [
+        ("gpt2_train", 13_594_206_920u64, 1.123, 1.019, 3),
+        ("resnet_train", 3_192_592_912, 1.117, 1.062, 3),
+        ("model_swap_video", 1_077_977_344, 1.832, 1.033, 2),
+    ] {
+        let t = trace(&report, name);
+        assert_eq!(u(&t["peak_live"]), peak_live, "{}", name);
+        assert_eq!(u(&t["live_at_end"]), live_at_end, "{}", name);
+        assert_eq!(u(&t["unknown_frees"]), 0, "{}", name);
+        let recorded = policy(t, "recorded");
+        assert_eq!(u(&recorded["peak_live"]), peak_live);
+        let r = ratio(recorded);
+        assert!(
+            (r - torch).abs() < 0.015,
+            "{} recorded {:.4} vs README {}",
+            name,
+            r,
+            torch
+        );
+        let passthrough = policy(t, "passthrough");
+        let p = ratio(passthrough);
+        assert!(
+            (p - rounding).abs() < 0.0015,
+            "{} passthrough {:.4} vs {}",
+            name,
+            p,
+            rounding
+        );
+        assert_eq!(u(&passthrough["source_allocs"]), u(&t["allocs"]));
+        assert_eq!(u(&passthrough["source_frees"]), u(&t["frees"]));
+        let pool = policy(t, "rocmguard");
+        assert_eq!(
+            u(&pool["peak_live"]),
+            peak_live,
+            "{}: no OOM, same demand",
+            name
+        );
+        assert_eq!(u(&pool["ooms"]), 0);
+        let g = ratio(pool);
+        assert!(
+            (1.0..r).contains(&g),
+            "{}: rocmguard {:.4} should beat PyTorch's recorded {:.4}",
+            name,
+            g,
+            r
+        );
+        assert!(
+            u(&pool["source_allocs"]) < u(&t["allocs"]) / 10,
+            "{}: pooled",
+            name
+        );
+        for p in t["policies"].as_array().unwrap() {
+            let min = u(&p["min_capacity"]);
+            assert!(
+                min >= peak_live && min.is_multiple_of(RESOLUTION),
+                "{}: {}",
+                name,
+                p
+            );
+            assert!(p["events_per_sec"].as_f64().unwrap() > 0.0);
+        }
+    }
+}
+
+#[test]
+fn the_table_shows_every_policy_and_the_notes() {
+    let out = replay(&[], &[&shared_traces().join("resnet_train.csv.gz")]);
+    assert!(out.status.success(), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "resnet_train",
+        "peak live 2.97 GiB = 3192592912 B",
+        "3 allocations (65.0 MiB) still live at the end",
+        "min capacity",
+        "rocmguard ",
+        "passthrough ",
+        "recorded ",
+    ] {
+        assert!(table.contains(want), "no `{}` in\n{}", want, table);
+    }
+    assert!(out.stderr.is_empty(), "{}", text(&out));
+}
+
+#[test]
+fn rmm_native_logs_read() {
+    let report = replay_json(&[], &[&fixture("rmm_native.csv")]);
+    let t = trace(&report, "rmm_native");
+    assert_eq!(u(&t["peak_live"]), 5 << 20);
+    assert_eq!(u(&t["allocs"]), 3);
+    assert_eq!(u(&t["frees"]), 1);
+    assert_eq!(u(&t["unknown_frees"]), 1);
+    assert_eq!(u(&t["skipped"]), 1, "the allocate failure row");
+    assert_eq!(u(&t["live_at_end"]), 2);
+    assert_eq!(u(&t["live_at_end_bytes"]), 5 << 20);
+    let names: Vec<&str> = t["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["rocmguard", "passthrough"],
+        "no segment rows: no recorded"
+    );
+}
+
+#[test]
+fn our_format_splits_devices_and_skips_shim_events() {
+    let mut text = String::new();
+    trace::write_header(&mut text);
+    let mut t = 0;
+    let mut row = |text: &mut String, action, pointer, size, device| {
+        t += 10;
+        let e = Event {
+            thread: 7,
+            time_us: t,
+            device,
+            detail: "hipMalloc",
+            ..Event::new(action, pointer, size)
+        };
+        trace::write_event(&e, text);
+    };
+    row(
+        &mut text,
+        Action::SegmentAlloc,
+        0x7f00_0000_0000,
+        2 << 20,
+        0,
+    );
+    row(&mut text, Action::Allocate, 0x7f00_0000_0000, 1000, 0);
+    row(&mut text, Action::Allocate, 0x7f00_0000_0000, 3000, 1);
+    row(&mut text, Action::Trim, 0, 2 << 20, 0);
+    row(&mut text, Action::Sync, 0, 0, 1);
+    row(&mut text, Action::Oom, 0, 1 << 40, 1);
+    row(&mut text, Action::Free, 0x7f00_0000_0000, 1000, 0);
+    row(&mut text, Action::SegmentFree, 0x7f00_0000_0000, 2 << 20, 0);
+    let dir = scratch("devices");
+    let path = dir.join("rec.csv");
+    std::fs::write(&path, &text).unwrap();
+    let report = replay_json(&[], &[&path]);
+    let d0 = trace(&report, "rec (dev 0)");
+    let d1 = trace(&report, "rec (dev 1)");
+    assert_eq!((u(&d0["device"]), u(&d1["device"])), (0, 1));
+    assert_eq!((u(&d0["peak_live"]), u(&d1["peak_live"])), (1000, 3000));
+    assert_eq!((u(&d0["skipped"]), u(&d1["skipped"])), (1, 2));
+    assert_eq!(u(&policy(d0, "recorded")["peak_reserved"]), 2 << 20);
+    assert_eq!(u(&policy(d0, "recorded")["source_frees"]), 1);
+    assert!(d1["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["policy"] != "recorded"));
+}
+
+/// Writes a `torch.cuda.memory._dump_snapshot` pickle with python3's own pickle module, laid out
+/// as torch/csrc/cuda/Module.cpp builds it: `segments`, `device_traces` (one list per device) of
+/// dicts with action, addr, size, stream, time_us, frames, and `oom` entries with device_free.
+fn write_snapshot(path: &Path, protocol: u32) {
+    let script = r#"
+import pickle, sys
+MiB = 1 << 20
+frames = [{"filename": "train.py", "line": 12, "name": "forward"}]
+def e(action, addr, size, t):
+    return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t,
+            "frames": frames, "compile_context": "N/A", "user_metadata": ""}
+dev0 = [
+    e("segment_alloc", 0x7f0000000000, 20 * MiB, 1000),
+    e("alloc", 0x7f0000000000, 3 * MiB, 1001),
+    e("alloc", 0x7f0000300000, 1 * MiB, 1002),
+    e("free_requested", 0x7f0000000000, 3 * MiB, 1003),
+    e("free_completed", 0x7f0000000000, 3 * MiB, 1004),
+    e("alloc", 0x7f0000400000, 5 * MiB, 1005),
+    {"action": "oom", "device_free": 12345, "size": 80 * MiB, "stream": 0, "time_us": 1006,
+     "frames": [], "compile_context": "N/A", "user_metadata": ""},
+    e("free_completed", 0x7e0000000000, 4 * MiB, 1007),
+    e("snapshot", 0, 0, 1008),
+]
+dev1 = [e("alloc", 0x7f1000000000, 7 * MiB, 5)]
+snap = {"segments": [{"device": 0, "address": 0x7f0000000000, "total_size": 20 * MiB,
+                      "stream": 0, "segment_type": "large", "blocks": []}],
+        "device_traces": [dev0, dev1, []],
+        "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1},
+        "external_annotations": []}
+with open(sys.argv[1], "wb") as f:
+    pickle.dump(snap, f, protocol=int(sys.argv[2]))
+"#;
+    let out = output(
+        Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .arg(path)
+            .arg(protocol.to_string()),
+    );
+    assert!(out.status.success(), "python3: {}", text(&out));
+}
+
+#[test]
+fn pytorch_snapshots_read() {
+    let dir = scratch("snapshot");
+    for protocol in [2, 4, 5] {
+        let path = dir.join(format!("snap{}.pickle", protocol));
+        write_snapshot(&path, protocol);
+        let report = replay_json(&[], &[&path]);
+        let name = format!("snap{}", protocol);
+        let d0 = trace(&report, &format!("{} (dev 0)", name));
+        assert_eq!(u(&d0["peak_live"]), 6 << 20, "protocol {}", protocol);
+        assert_eq!(u(&d0["allocs"]), 3);
+        assert_eq!(u(&d0["frees"]), 1);
+        assert_eq!(u(&d0["unknown_frees"]), 1);
+        assert_eq!(u(&d0["live_at_end"]), 2);
+        assert_eq!(u(&d0["skipped"]), 3, "free_requested, oom, snapshot");
+        assert_eq!(u(&policy(d0, "recorded")["peak_reserved"]), 20 << 20);
+        let d1 = trace(&report, &format!("{} (dev 1)", name));
+        assert_eq!(u(&d1["peak_live"]), 7 << 20);
+        assert_eq!(
+            report["traces"].as_array().unwrap().len(),
+            2,
+            "device 2 is empty"
+        );
+    }
+}
+
+#[test]
+fn a_pickle_that_is_no_snapshot_is_refused() {
+    let dir = scratch("notsnapshot");
+    let path = dir.join("list.pickle");
+    let out = output(
+        Command::new("python3")
+            .arg("-c")
+            .arg("import pickle,sys; pickle.dump([1, 2], open(sys.argv[1], 'wb'), protocol=4)")
+            .arg(&path),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = replay(&[], &[&path]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!("rocmguard: {}: ", path.display()))
+            && err.contains("not a PyTorch memory snapshot"),
+        "{}",
+        err
+    );
+}
+
+#[test]
+fn gzip_is_recognized_by_content_not_name() {
+    let dir = scratch("gzip");
+    let plain = std::fs::read(fixture("rmm_native.csv")).unwrap();
+    let zipped = dir.join("rmm_native.csv");
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(&plain).unwrap();
+    std::fs::write(&zipped, gz.finish().unwrap()).unwrap();
+    let misnamed = dir.join("plain.gz");
+    std::fs::write(&misnamed, &plain).unwrap();
+    let report = replay_json(&[], &[&zipped, &misnamed]);
+    assert_eq!(u(&trace(&report, "rmm_native")["peak_live"]), 5 << 20);
+    assert_eq!(u(&trace(&report, "plain")["peak_live"]), 5 << 20);
+}
+
+#[test]
+fn broken_files_name_file_line_and_problem() {
+    let bad = fixture("bad_size.csv");
+    let out = replay(&[], &[&bad]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "rocmguard: {}:5: Size `12x` is not a byte count\n",
+            bad.display()
+        )
+    );
+    assert!(out.stdout.is_empty(), "nothing reported for a broken file");
+
+    let dir = scratch("broken");
+    let truncated = dir.join("truncated.csv.gz");
+    let full = std::fs::read(shared_traces().join("gpt2_train.csv.gz")).unwrap();
+    std::fs::write(&truncated, &full[..full.len() / 2]).unwrap();
+    let out = replay(&[], &[&truncated]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let prefix = format!("rocmguard: {}:", truncated.display());
+    let line: u64 = err
+        .strip_prefix(&prefix)
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no FILE:LINE: in {}", err));
+    assert!(line > 1000, "the cut is deep in the file: {}", err);
+
+    let missing = dir.join("missing.csv");
+    let out = replay(&[], &[&missing]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open"));
+}
+
+#[test]
+fn unknown_policies_and_knobs_list_what_exists() {
+    let f = fixture("two_allocs.csv");
+    let out = replay(&["--policy", "tlsf"], &[&f]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for name in [
+        "unknown policy `tlsf`",
+        "rocmguard",
+        "passthrough",
+        "recorded",
+    ] {
+        assert!(err.contains(name), "{}", err);
+    }
+    let out = replay(&["--policy", "rocmguard:max_splt=64MiB"], &[&f]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for name in [
+        "unknown knob `max_splt`",
+        "max_split",
+        "trim_threshold",
+        "vram_limit",
+    ] {
+        assert!(err.contains(name), "{}", err);
+    }
+    let out = replay(&["--policy", "rocmguard:trim_threshold=7"], &[&f]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at most 1"));
+    let out = replay(&["--policy", "passthrough:max_split=1MiB"], &[&f]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn capacity_ooms_and_min_capacity_agree() {
+    // 3 MiB and 5 MiB live together: a driver reserves 4 + 6 MiB.
+    let f = fixture("two_allocs.csv");
+    let report = replay_json(&[], &[&f]);
+    let t = trace(&report, "two_allocs");
+    assert_eq!(u(&policy(t, "passthrough")["min_capacity"]), 10 << 20);
+    assert_eq!(u(&policy(t, "passthrough")["peak_reserved"]), 10 << 20);
+    for capacity in ["8MiB", "10MiB", "64MiB"] {
+        let report = replay_json(
+            &[
+                "--capacity",
+                capacity,
+                "--policy",
+                "rocmguard",
+                "--policy",
+                "rocmguard:max_split=4MiB,trim_threshold=0.5",
+                "--policy",
+                "passthrough",
+            ],
+            &[&f],
+        );
+        let cap = rocmguard_core::parse_size(capacity).unwrap();
+        assert_eq!(u(&report["capacity"]), cap);
+        for p in trace(&report, "two_allocs")["policies"].as_array().unwrap() {
+            let fits = u(&p["min_capacity"]) <= cap;
+            assert_eq!(u(&p["ooms"]) == 0, fits, "at {}: {}", capacity, p);
+        }
+    }
+    let report = replay_json(&["--capacity", "8MiB", "--policy", "passthrough"], &[&f]);
+    assert_eq!(
+        u(&policy(trace(&report, "two_allocs"), "passthrough")["ooms"]),
+        1
+    );
+    // A cap below the trace's need: no device is big enough.
+    let report = replay_json(&["--policy", "rocmguard:vram_limit=6MiB"], &[&f]);
+    let p = policy(trace(&report, "two_allocs"), "rocmguard:vram_limit=6MiB");
+    assert_eq!(p["min_capacity"], Value::Null);
+    assert_eq!(u(&p["ooms"]), 1);
+}
+
+#[test]
+fn plots_show_every_trace_and_policy() {
+    let dir = scratch("plot");
+    let svg = dir.join("out.svg");
+    let traces = shared_traces();
+    let gpt2 = traces.join("gpt2_train.csv.gz");
+    let resnet = traces.join("resnet_train.csv.gz");
+    let out = replay(
+        &["--plot", svg.to_str().unwrap(), "--capacity", "16GiB"],
+        &[&gpt2, &resnet],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let doc = std::fs::read_to_string(&svg).unwrap();
+    assert!(doc.starts_with("<svg") && doc.trim_end().ends_with("</svg>"));
+    for want in [
+        "gpt2_train",
+        "resnet_train",
+        "rocmguard",
+        "passthrough",
+        "recorded",
+        "capacity 16.00 GiB",
+    ] {
+        assert!(doc.contains(want), "no {} in the plot", want);
+    }
+    let lines: Vec<&str> = doc.lines().filter(|l| l.starts_with("<polyline")).collect();
+    assert_eq!(
+        lines.len(),
+        6,
+        "two traces x three policies, none with OOMs at 16 GiB"
+    );
+    for l in lines {
+        let points = l
+            .split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .count();
+        assert!((500..=3000).contains(&points), "{} points", points);
+    }
+    let html = dir.join("out.html");
+    let out = replay(&["--plot", html.to_str().unwrap()], &[&gpt2]);
+    assert!(out.status.success(), "{}", text(&out));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>") && page.contains("<svg"));
+    let out = replay(&["--plot", dir.join("out.png").to_str().unwrap()], &[&gpt2]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+// ---- property tests: the readers never panic, the search never lies ----
+
+fn valid_trace_text() -> String {
+    let mut text = String::new();
+    trace::write_header(&mut text);
+    for i in 0..40u64 {
+        let action = if i % 3 == 2 {
+            Action::Free
+        } else {
+            Action::Allocate
+        };
+        let e = Event {
+            time_us: i * 17,
+            ..Event::new(
+                action,
+                0x7f00_0000_0000 + (i % 7) * 0x10_0000,
+                (i + 1) * 999_983,
+            )
+        };
+        trace::write_event(&e, &mut text);
+    }
+    text
+}
+
+fn check_invariants(traces: &[Trace]) {
+    for t in traces {
+        assert_eq!(t.ops.len(), t.times.len());
+        assert!(t.times.windows(2).all(|w| w[0] <= w[1]));
+        let allocs = t
+            .ops
+            .iter()
+            .filter(|o| matches!(o, Op::Alloc { .. }))
+            .count() as u64;
+        assert_eq!(allocs, t.allocs);
+    }
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(bytes).unwrap();
+    gz.finish().unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn random_bytes_never_panic(
+        prefix in prop::sample::select(vec![
+            Vec::new(),
+            b"Thread,Time,Action,Pointer,Size,Stream\n".to_vec(),
+            vec![0x1f, 0x8b],
+            vec![0x80, 0x04],
+            vec![0x80, 0x02, b'}'],
+        ]),
+        bytes in prop::collection::vec(any::<u8>(), 0..3000),
+    ) {
+        let input = [prefix, bytes].concat();
+        if let Ok(traces) = load::load_bytes("fuzz", &input) {
+            check_invariants(&traces);
+        }
+    }
+
+    #[test]
+    fn mutated_traces_never_panic(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0..3u8), 1..12),
+        zip in any::<bool>(),
+    ) {
+        let mut bytes = valid_trace_text().into_bytes();
+        for (at, byte, kind) in edits {
+            let i = at.index(bytes.len().max(1));
+            match kind {
+                0 if i < bytes.len() => bytes[i] = byte,
+                1 => bytes.insert(i.min(bytes.len()), byte),
+                _ if i < bytes.len() => { bytes.remove(i); }
+                _ => {}
+            }
+        }
+        let input = if zip { gzip(&bytes) } else { bytes };
+        match load::load_bytes("fuzz", &input) {
+            Ok(traces) => {
+                check_invariants(&traces);
+                for t in &traces {
+                    for p in Policy::defaults() {
+                        let _ = policy::replay(t, &p, 64 << 20, false, None);
+                    }
+                }
+            }
+            Err(e) => prop_assert!(e.file == "fuzz" && !e.message.is_empty()),
+        }
+    }
+
+    #[test]
+    fn written_events_read_back(
+        thread in any::<u64>(), time in any::<u64>(), pointer in any::<u64>(),
+        size in any::<u64>(), stream in any::<u64>(), device in any::<i32>(),
+        action in prop::sample::select(Action::ALL.to_vec()),
+        detail in "[ -~]{0,40}",
+    ) {
+        let e = Event { thread, time_us: time, action, pointer, size, stream, device, detail: &detail };
+        let mut line = String::new();
+        trace::write_event(&e, &mut line);
+        prop_assert!(line.ends_with('\n') && line.matches('\n').count() == 1);
+        let columns = trace::Columns::parse_header(trace::header(), 1).unwrap();
+        let got = trace::parse_event(line.trim_end_matches('\n'), &columns, 2).unwrap();
+        let clean: String = detail.chars().map(|c| if c == ',' || c == '"' { ' ' } else { c }).collect();
+        prop_assert_eq!(got, Event { detail: clean.trim(), ..e });
+    }
+
+    #[test]
+    fn the_capacity_search_is_exact(
+        ops in prop::collection::vec((any::<bool>(), 0..12usize, 1u64..(40 << 20)), 1..60),
+    ) {
+        let mut text = String::new();
+        trace::write_header(&mut text);
+        for (i, (free, slot, size)) in ops.into_iter().enumerate() {
+            let action = if free { Action::Free } else { Action::Allocate };
+            let e = Event { time_us: i as u64, ..Event::new(action, 0x1000 * (slot as u64 + 1), size) };
+            trace::write_event(&e, &mut text);
+        }
+        let traces = load::load_bytes("prop", text.as_bytes()).unwrap();
+        for t in &traces {
+            for p in [
+                Policy::parse("rocmguard").unwrap(),
+                Policy::parse("rocmguard:max_split=8MiB,trim_threshold=0.6").unwrap(),
+                Policy::parse("passthrough").unwrap(),
+            ] {
+                let free_run = policy::replay(t, &p, UNLIMITED, false, None);
+                prop_assert_eq!(free_run.ooms, 0);
+                prop_assert_eq!(free_run.peak_live, t.peak_live);
+                prop_assert!(free_run.peak_reserved >= t.peak_live);
+                let found = policy::min_capacity(t, &p, free_run.peak_reserved).capacity;
+                if t.allocs == 0 {
+                    continue;
+                }
+                let c = found.unwrap();
+                prop_assert_eq!(policy::replay(t, &p, c, false, None).ooms, 0, "{} at {}", p.name, c);
+                if c >= RESOLUTION {
+                    prop_assert!(policy::replay(t, &p, c - RESOLUTION, true, None).ooms > 0, "{} at {} - 2 MiB", p.name, c);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn truncated_gzip_never_panics() {
+    let zipped = gzip(valid_trace_text().as_bytes());
+    for cut in 0..zipped.len() {
+        match load::load_bytes("cut", &zipped[..cut]) {
+            Ok(traces) => check_invariants(&traces),
+            Err(e) => assert!(!e.message.is_empty()),
+        }
+    }
+    let full = std::fs::read(shared_traces().join("resnet_train.csv.gz")).unwrap();
+    for cut in (0..full.len()).step_by(full.len() / 97) {
+        let e = load::load_bytes("cut", &full[..cut]).unwrap_err();
+        assert!(cut == 0 || e.line.is_some(), "{}", e);
+    }
+}
