@@ -500,18 +500,3 @@ fn self_test_on_the_simulator() {
     assert!(detail.contains("fails without rocmguard too"), "{}", detail);
 }
 
-#[test]
-fn self_test_without_a_runtime() {
-    let installed = Command::new("sh")
-        .args(["-c", "ldconfig -p 2>/dev/null | grep -q libamdhip64"])
-        .status()
-        .map_or(false, |s| s.success());
-    if installed {
-        eprintln!("a HIP runtime is installed here: the no-runtime case cannot be shown");
-        return;
-    }
-    let (status, detail, fix) = self_test("no-gpu", &[], Path::new("/nonexistent"));
-    assert_eq!(status, "skip", "{}", detail);
-    assert!(detail.starts_with("no HIP runtime found"), "{}", detail);
-    assert!(fix.contains("hipsim-lib"), "{}", fix);
-}

@@ -96,7 +96,7 @@ fn run(ops: Vec<Op>, max_split: Option<u64>) {
                             s.source_allocs, before.source_allocs,
                             "a refusal by cap never calls the device"
                         );
-                        let segment = (n + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+                        let segment = n.div_ceil(2 << 20) * (2 << 20);
                         assert!(
                             n + s.live > s.cap || s.reserved + segment > s.cap,
                             "refused {} with live {} and reserved {} under cap {}",

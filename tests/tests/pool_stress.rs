@@ -29,7 +29,7 @@ fn eight_threads_mixed_sizes() {
                         6..=8 => 1 + x % (2 << 20),
                         _ => 1 + x % (24 << 20),
                     };
-                    if mine.is_empty() || (mine.len() < 64 && (x >> 8) % 3 != 0) {
+                    if mine.is_empty() || (mine.len() < 64 && !(x >> 8).is_multiple_of(3)) {
                         let addr = pool.alloc(size).expect("8 GiB is plenty");
                         let mut l = live.lock().unwrap();
                         if let Some((&a, &s)) = l.range(..=addr).next_back() {

@@ -378,7 +378,7 @@ impl Active {
         let device = self.current_device();
         match device.and_then(|d| self.pool(d)) {
             Some(pool) => {
-                let integrated = device.map_or(false, |d| self.is_integrated(d));
+                let integrated = matches!(device, Some(d) if self.is_integrated(d));
                 let free = crate::uma::device_free(device_free, device_total, integrated);
                 pool.view(free)
             }
