@@ -499,4 +499,3 @@ fn self_test_on_the_simulator() {
     );
     assert!(detail.contains("fails without rocmguard too"), "{}", detail);
 }
-
