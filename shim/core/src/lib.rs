@@ -12,8 +12,8 @@ pub mod pool;
 pub mod size;
 pub mod source;
 pub mod stats;
-pub mod trace;
 pub mod topology;
+pub mod trace;
 
 pub use config::{Config, UmaMode, KEYS};
 pub use counting::CountingSource;
