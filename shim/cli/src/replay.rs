@@ -117,11 +117,14 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
             );
         }
     }
+    let progress = Progress::new();
     let mut traces = Vec::new();
     for path in &args.traces {
+        progress.message(&format!("reading {}", path.display()));
         traces.extend(load::load_path(path)?);
     }
-    let (report, panels) = run(&traces, &policies, capacity, args.plot.is_some());
+    let (report, panels) = run(&traces, &policies, capacity, args.plot.is_some(), &progress);
+    drop(progress);
     if let Some(path) = &args.plot {
         let text = if path.extension().is_some_and(|e| e == "svg") {
             plot::svg(&panels)
@@ -150,17 +153,18 @@ fn parse_capacity(text: &str) -> anyhow::Result<u64> {
 }
 
 /// Replays every trace through every policy that applies to it.
-pub fn run(
+fn run(
     traces: &[Trace],
     policies: &[Policy],
     capacity: u64,
     plot: bool,
+    progress: &Progress,
 ) -> (Report, Vec<plot::Panel>) {
     let pairs = traces
         .iter()
         .map(|t| policies.iter().filter(|p| applies(p, t)).count() as u64)
         .sum();
-    let progress = Progress::new(pairs);
+    progress.start(pairs);
     let mut reports = Vec::new();
     let mut panels = Vec::new();
     for trace in traces {
@@ -232,7 +236,6 @@ pub fn run(
             policies: rows,
         });
     }
-    progress.finish();
     let report = Report {
         capacity: (capacity != UNLIMITED).then_some(capacity),
         traces: reports,
@@ -345,18 +348,19 @@ fn rate(per_sec: f64) -> String {
     }
 }
 
-/// A progress bar on stderr for replays that take more than a second, and only on a terminal.
+/// A progress bar on stderr for runs that take more than a second, and only on a terminal:
+/// reading the files, then one step per trace and policy.
 struct Progress(Option<ProgressBar>);
 
 impl Progress {
-    fn new(steps: u64) -> Progress {
+    /// A bar that stays hidden for its first second.
+    fn new() -> Progress {
         if !std::io::stderr().is_terminal() {
             return Progress(None);
         }
-        let bar = ProgressBar::with_draw_target(Some(steps), ProgressDrawTarget::hidden());
-        if let Ok(style) = ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {msg}")
-        {
-            bar.set_style(style.progress_chars("=> "));
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+        if let Ok(style) = ProgressStyle::with_template("{elapsed:>4} {spinner} {msg}") {
+            bar.set_style(style);
         }
         let late = bar.clone();
         std::thread::spawn(move || {
@@ -367,6 +371,18 @@ impl Progress {
             }
         });
         Progress(Some(bar))
+    }
+
+    /// The files are read: from here on the bar counts `steps` replays.
+    fn start(&self, steps: u64) {
+        if let Some(bar) = &self.0 {
+            bar.set_length(steps);
+            if let Ok(style) =
+                ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {msg}")
+            {
+                bar.set_style(style.progress_chars("=> "));
+            }
+        }
     }
 
     fn message(&self, text: &str) {
@@ -380,8 +396,11 @@ impl Progress {
             bar.inc(1);
         }
     }
+}
 
-    fn finish(&self) {
+/// Gone from the terminal before the table or an error is printed.
+impl Drop for Progress {
+    fn drop(&mut self) {
         if let Some(bar) = &self.0 {
             bar.finish_and_clear();
         }
