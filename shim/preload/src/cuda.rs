@@ -53,120 +53,60 @@ fn integrated(device: i32) -> bool {
     }
 }
 
-unsafe fn cap_total_in_props(props: *mut c_void, device: c_int) {
-    let Some(a) = CUDA.active() else { return };
-    let field = (props as *mut u8).add(PROP_TOTAL_GLOBAL_MEM) as *mut usize;
-    let total = field.read_unaligned() as u64;
-    field.write_unaligned(a.total_for(device, total) as usize);
-}
-
 hooks! {
     libs = LIBS, missing = SYMBOL_NOT_FOUND;
 
     [""] fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> i32 |pass| {
-        match CUDA.active() {
-            Some(a) if !ptr.is_null() && size > 0 => a.alloc(ptr, size).unwrap_or_else(pass),
-            _ => pass(),
-        }
+        CUDA.malloc(ptr, size, pass)
     }
 
     [""] fn cudaFree(ptr: *mut c_void) -> i32 |pass| {
-        match CUDA.active() {
-            Some(a) if !ptr.is_null() => {
-                if a.free(ptr) {
-                    return SUCCESS;
-                }
-                let code = pass();
-                if code == SUCCESS {
-                    a.external_free(ptr);
-                }
-                code
-            }
-            _ => pass(),
-        }
+        CUDA.free(ptr, pass)
     }
 
     [""] fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: u32) -> i32 |pass| {
         let _ = flags;
-        match CUDA.active() {
-            Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
-            _ => pass(),
-        }
+        CUDA.external_malloc(ptr, size, pass)
     }
 
     [""] fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: Stream) -> i32 |pass| {
         let _ = stream;
-        match CUDA.active() {
-            Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
-            _ => pass(),
-        }
+        CUDA.external_malloc(ptr, size, pass)
     }
 
     [""] fn cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: MemPool, stream: Stream) -> i32 |pass| {
         let _ = (pool, stream);
-        match CUDA.active() {
-            Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
-            _ => pass(),
-        }
+        CUDA.external_malloc(ptr, size, pass)
     }
 
     [""] fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> i32 |pass| {
         let _ = stream;
-        let code = pass();
-        if let (SUCCESS, Some(a)) = (code, CUDA.active()) {
-            a.external_free(ptr);
-        }
-        code
+        CUDA.free_async(ptr, pass)
     }
 
     [""] fn cudaMemPoolTrimTo(pool: MemPool, min_bytes_to_hold: usize) -> i32 |pass| {
         let _ = pool;
-        if let Some(a) = CUDA.active() {
-            a.trim_current(min_bytes_to_hold as u64);
-        }
-        pass()
+        CUDA.trim_to(min_bytes_to_hold, pass)
     }
 
     [""] fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> i32 |pass| {
-        let code = pass();
-        if let (SUCCESS, Some(a)) = (code, CUDA.active()) {
-            if !free.is_null() && !total.is_null() {
-                let (f, t) = a.mem_view(*free as u64, *total as u64);
-                *free = f as usize;
-                *total = t as usize;
-            }
-        }
-        code
+        CUDA.mem_get_info(free, total, pass)
     }
 
     [""] fn cudaGetDeviceProperties(props: *mut c_void, device: c_int) -> i32 |pass| {
-        let code = pass();
-        if code == SUCCESS && !props.is_null() {
-            cap_total_in_props(props, device);
-        }
-        code
+        CUDA.cap_props(props, PROP_TOTAL_GLOBAL_MEM, device, pass)
     }
 
     [""] fn cudaGetDeviceProperties_v2(props: *mut c_void, device: c_int) -> i32 |pass| {
-        let code = pass();
-        if code == SUCCESS && !props.is_null() {
-            cap_total_in_props(props, device);
-        }
-        code
+        CUDA.cap_props(props, PROP_TOTAL_GLOBAL_MEM, device, pass)
     }
 
     [""] fn cudaDeviceSynchronize() -> i32 |pass| {
-        match CUDA.active() {
-            Some(a) => a.synchronize(pass),
-            None => pass(),
-        }
+        CUDA.device_synchronize(pass)
     }
 
     [""] fn cudaDeviceReset() -> i32 |pass| {
-        if let Some(a) = CUDA.active() {
-            a.device_reset();
-        }
-        pass()
+        CUDA.device_reset(pass)
     }
 
     [""] fn cudaGetLastError() -> i32 |pass| {
@@ -179,19 +119,11 @@ hooks! {
 
     [""] fn cudaStreamBeginCapture(stream: Stream, mode: c_int) -> i32 |pass| {
         let _ = mode;
-        let code = pass();
-        if let (SUCCESS, Some(a)) = (code, CUDA.active()) {
-            a.capture_began(stream as usize);
-        }
-        code
+        CUDA.begin_capture(stream, pass)
     }
 
     [""] fn cudaStreamEndCapture(stream: Stream, graph: *mut *mut c_void) -> i32 |pass| {
         let _ = graph;
-        let code = pass();
-        if let Some(a) = CUDA.active() {
-            a.capture_ended(stream as usize);
-        }
-        code
+        CUDA.end_capture(stream, pass)
     }
 }

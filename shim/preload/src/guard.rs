@@ -217,6 +217,147 @@ impl Guard {
     }
 }
 
+/// The hook bodies both faces share (`pass` is the plain runtime call with the caller's
+/// arguments): each face's hooks are one line over these.
+impl Guard {
+    /// `Malloc`: through the pool of the current device.
+    pub fn malloc(
+        &'static self,
+        ptr: *mut *mut c_void,
+        size: usize,
+        pass: impl FnOnce() -> i32,
+    ) -> i32 {
+        match self.active() {
+            Some(a) if !ptr.is_null() && size > 0 => a.alloc(ptr, size).unwrap_or_else(pass),
+            _ => pass(),
+        }
+    }
+
+    /// Allocations the runtime makes itself (managed, stream-ordered, flagged), counted against
+    /// the cap.
+    pub fn external_malloc(
+        &'static self,
+        ptr: *mut *mut c_void,
+        size: usize,
+        pass: impl FnMut() -> i32,
+    ) -> i32 {
+        match self.active() {
+            Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
+            _ => {
+                let mut pass = pass;
+                pass()
+            }
+        }
+    }
+
+    /// `Free`: back to whichever pool holds it, else to the runtime.
+    pub fn free(&'static self, ptr: *mut c_void, pass: impl FnOnce() -> i32) -> i32 {
+        match self.active() {
+            Some(a) if !ptr.is_null() => {
+                if a.free(ptr) {
+                    return SUCCESS;
+                }
+                let code = pass();
+                if code == SUCCESS {
+                    a.external_free(ptr);
+                }
+                code
+            }
+            _ => pass(),
+        }
+    }
+
+    /// `FreeAsync`: the runtime frees; we stop counting it.
+    pub fn free_async(&'static self, ptr: *mut c_void, pass: impl FnOnce() -> i32) -> i32 {
+        let code = pass();
+        if let (SUCCESS, Some(a)) = (code, self.active()) {
+            a.external_free(ptr);
+        }
+        code
+    }
+
+    /// `MemPoolTrimTo`: our cache of the current device too.
+    pub fn trim_to(&'static self, keep: usize, pass: impl FnOnce() -> i32) -> i32 {
+        if let Some(a) = self.active() {
+            a.trim_current(keep as u64);
+        }
+        pass()
+    }
+
+    /// `MemGetInfo`: the capped view.
+    ///
+    /// # Safety
+    /// `free` and `total` are null or valid for writes, as the runtime requires.
+    pub unsafe fn mem_get_info(
+        &'static self,
+        free: *mut usize,
+        total: *mut usize,
+        pass: impl FnOnce() -> i32,
+    ) -> i32 {
+        let code = pass();
+        if let (SUCCESS, Some(a)) = (code, self.active()) {
+            if !free.is_null() && !total.is_null() {
+                let (f, t) = a.mem_view(*free as u64, *total as u64);
+                *free = f as usize;
+                *total = t as usize;
+            }
+        }
+        code
+    }
+
+    /// A properties struct with the total at `offset`, capped.
+    ///
+    /// # Safety
+    /// `props` is null or the struct the runtime just filled, with a `size_t` at `offset`.
+    pub unsafe fn cap_props(
+        &'static self,
+        props: *mut c_void,
+        offset: usize,
+        device: i32,
+        pass: impl FnOnce() -> i32,
+    ) -> i32 {
+        let code = pass();
+        if let (SUCCESS, Some(a)) = (code, self.active()) {
+            if !props.is_null() {
+                let field = (props as *mut u8).add(offset) as *mut usize;
+                let total = field.read_unaligned() as u64;
+                field.write_unaligned(a.total_for(device, total) as usize);
+            }
+        }
+        code
+    }
+
+    pub fn device_synchronize(&'static self, pass: impl FnOnce() -> i32) -> i32 {
+        match self.active() {
+            Some(a) => a.synchronize(pass),
+            None => pass(),
+        }
+    }
+
+    pub fn device_reset(&'static self, pass: impl FnOnce() -> i32) -> i32 {
+        if let Some(a) = self.active() {
+            a.device_reset();
+        }
+        pass()
+    }
+
+    pub fn begin_capture(&'static self, stream: *mut c_void, pass: impl FnOnce() -> i32) -> i32 {
+        let code = pass();
+        if let (SUCCESS, Some(a)) = (code, self.active()) {
+            a.capture_began(stream as usize);
+        }
+        code
+    }
+
+    pub fn end_capture(&'static self, stream: *mut c_void, pass: impl FnOnce() -> i32) -> i32 {
+        let code = pass();
+        if let Some(a) = self.active() {
+            a.capture_ended(stream as usize);
+        }
+        code
+    }
+}
+
 impl Active {
     pub fn current_device(&self) -> Option<i32> {
         let mut d = 0;
