@@ -1,6 +1,7 @@
 //! The preloaded hot path: hipMalloc+hipFree pairs served from the pool through the real
 //! interposition (LD_PRELOAD, a C program, hipsim underneath), against the same calls straight
-//! into the simulator with HIPSIM_LATENCY_US=0. Prints the median nanoseconds per pair.
+//! into the simulator with HIPSIM_LATENCY_US=0, and with trace recording on (two events a
+//! pair). Prints the median nanoseconds per pair.
 //! Needs `cargo build --release` first.
 use rocmguard_tests::{compile_c, guarded_command, output, sim_command, text};
 
@@ -13,6 +14,10 @@ fn main() {
     };
     let guarded = measure(guarded_command(&exe), "200000");
     let direct = measure(sim_command(&exe), "20000");
+    let dir = tempfile::tempdir().unwrap();
+    let mut traced_cmd = guarded_command(&exe);
+    traced_cmd.env("ROCMGUARD_TRACE", dir.path().join("bench.csv"));
+    let traced = measure(traced_cmd, "200000");
     println!(
         "hipMalloc+hipFree pair through librocmguard.so (pooled): {:>8.1} ns",
         guarded
@@ -20,5 +25,10 @@ fn main() {
     println!(
         "hipMalloc+hipFree pair straight into hipsim (latency 0): {:>8.1} ns",
         direct
+    );
+    println!(
+        "the same pair with ROCMGUARD_TRACE recording:           {:>8.1} ns ({:.1} ns per recorded event)",
+        traced,
+        (traced - guarded) / 2.0
     );
 }
