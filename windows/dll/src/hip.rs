@@ -57,70 +57,35 @@ fn integrated(device: i32) -> bool {
     }
 }
 
-/// Writes the capped total into a properties struct at `offset`, if the runtime filled it.
-///
-/// # Safety
-/// `props` points to a properties struct the runtime has just filled.
-unsafe fn cap_total_in_props(props: *mut c_void, offset: usize, device: c_int) {
-    if let Some(a) = HIP.active() {
-        let field = (props as *mut u8).add(offset) as *mut usize;
-        let total = field.read_unaligned() as u64;
-        field.write_unaligned(a.total_for(device, total) as usize);
-    }
-}
-
 hooks! {
     libs = LIBS, missing = SYMBOL_NOT_FOUND;
 
     ["hip_4.2"] fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> i32 |pass| {
-        match HIP.active() {
-            Some(a) if !ptr.is_null() && size > 0 => a.alloc(ptr, size).unwrap_or_else(pass),
-            _ => pass(),
-        }
+        HIP.malloc(ptr, size, pass)
     }
 
     ["hip_4.2"] fn hipExtMallocWithFlags(ptr: *mut *mut c_void, size: usize, flags: u32) -> i32
     |pass| {
-        match HIP.active() {
-            Some(a) if !ptr.is_null() && size > 0 && flags == DEVICE_MALLOC_DEFAULT => {
-                a.alloc(ptr, size).unwrap_or_else(pass)
-            }
-            Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
-            _ => pass(),
+        if flags == DEVICE_MALLOC_DEFAULT {
+            HIP.malloc(ptr, size, pass)
+        } else {
+            HIP.external_malloc(ptr, size, pass)
         }
     }
 
     ["hip_4.2"] fn hipFree(ptr: *mut c_void) -> i32 |pass| {
-        match HIP.active() {
-            Some(a) if !ptr.is_null() => {
-                if a.free(ptr) {
-                    return SUCCESS;
-                }
-                let code = pass();
-                if code == SUCCESS {
-                    a.external_free(ptr);
-                }
-                code
-            }
-            _ => pass(),
-        }
+        HIP.free(ptr, pass)
     }
 
     ["hip_4.2"] fn hipMallocManaged(ptr: *mut *mut c_void, size: usize, flags: u32) -> i32 |pass| {
         let _ = flags;
-        match HIP.active() {
-            Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
-            _ => pass(),
-        }
+        HIP.external_malloc(ptr, size, pass)
     }
 
     ["hip_5.1"] fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: Stream) -> i32
     |pass| {
         let _ = stream;
-        match HIP.active() {
-            Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
-            _ => pass(),
-        }
+        HIP.external_malloc(ptr, size, pass)
     }
 
     ["hip_5.1"] fn hipMallocFromPoolAsync(
@@ -130,39 +95,21 @@ hooks! {
         stream: Stream,
     ) -> i32 |pass| {
         let _ = (pool, stream);
-        match HIP.active() {
-            Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
-            _ => pass(),
-        }
+        HIP.external_malloc(ptr, size, pass)
     }
 
     ["hip_5.1"] fn hipFreeAsync(ptr: *mut c_void, stream: Stream) -> i32 |pass| {
         let _ = stream;
-        let code = pass();
-        if let (SUCCESS, Some(a)) = (code, HIP.active()) {
-            a.external_free(ptr);
-        }
-        code
+        HIP.free_async(ptr, pass)
     }
 
     ["hip_5.1"] fn hipMemPoolTrimTo(pool: MemPool, min_bytes_to_hold: usize) -> i32 |pass| {
         let _ = pool;
-        if let Some(a) = HIP.active() {
-            a.trim_current(min_bytes_to_hold as u64);
-        }
-        pass()
+        HIP.trim_to(min_bytes_to_hold, pass)
     }
 
     ["hip_4.2"] fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> i32 |pass| {
-        let code = pass();
-        if let (SUCCESS, Some(a)) = (code, HIP.active()) {
-            if !free.is_null() && !total.is_null() {
-                let (f, t) = a.mem_view(*free as u64, *total as u64);
-                *free = f as usize;
-                *total = t as usize;
-            }
-        }
-        code
+        HIP.mem_get_info(free, total, pass)
     }
 
     ["hip_4.2"] fn hipDeviceTotalMem(bytes: *mut usize, device: c_int) -> i32 |pass| {
@@ -193,33 +140,19 @@ hooks! {
     }
 
     ["hip_4.2"] fn hipGetDeviceProperties(props: *mut c_void, device: c_int) -> i32 |pass| {
-        let code = pass();
-        if code == SUCCESS && !props.is_null() {
-            cap_total_in_props(props, PROP_R0000_TOTAL_GLOBAL_MEM, device);
-        }
-        code
+        HIP.cap_props(props, PROP_R0000_TOTAL_GLOBAL_MEM, device, pass)
     }
 
     ["hip_6.0"] fn hipGetDevicePropertiesR0600(props: *mut c_void, device: c_int) -> i32 |pass| {
-        let code = pass();
-        if code == SUCCESS && !props.is_null() {
-            cap_total_in_props(props, PROP_R0600_TOTAL_GLOBAL_MEM, device);
-        }
-        code
+        HIP.cap_props(props, PROP_R0600_TOTAL_GLOBAL_MEM, device, pass)
     }
 
     ["hip_4.2"] fn hipDeviceSynchronize() -> i32 |pass| {
-        match HIP.active() {
-            Some(a) => a.synchronize(pass),
-            None => pass(),
-        }
+        HIP.device_synchronize(pass)
     }
 
     ["hip_4.2"] fn hipDeviceReset() -> i32 |pass| {
-        if let Some(a) = HIP.active() {
-            a.device_reset();
-        }
-        pass()
+        HIP.device_reset(pass)
     }
 
     ["hip_4.2"] fn hipGetLastError() -> i32 |pass| {
@@ -232,20 +165,12 @@ hooks! {
 
     ["hip_4.2"] fn hipStreamBeginCapture(stream: Stream, mode: c_int) -> i32 |pass| {
         let _ = mode;
-        let code = pass();
-        if let (SUCCESS, Some(a)) = (code, HIP.active()) {
-            a.capture_began(stream as usize);
-        }
-        code
+        HIP.begin_capture(stream, pass)
     }
 
     ["hip_4.2"] fn hipStreamEndCapture(stream: Stream, graph: *mut *mut c_void) -> i32 |pass| {
         let _ = graph;
-        let code = pass();
-        if let Some(a) = HIP.active() {
-            a.capture_ended(stream as usize);
-        }
-        code
+        HIP.end_capture(stream, pass)
     }
 
     ["hip_6.1"] fn hipGetProcAddress(
