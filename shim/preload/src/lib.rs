@@ -14,6 +14,8 @@ use rocmguard_core::Config;
 mod blas;
 mod cuda;
 mod dl;
+/// Our hook for a hooked name, for `GetProcAddress` answers (see `dl::hook_for`).
+use dl::hook_for as lookup_hook;
 mod guard;
 mod hip;
 mod hooks;

@@ -1,0 +1,123 @@
+// The HIP hook table, shared by the Linux preload (shim/preload/src/hip.rs) and the Windows DLL
+// (windows/dll/src/hip.rs), which `include!` it after defining the names it uses: `HIP`, `LIBS`,
+// the constants, `Stream`, `MemPool`, `guard`, and `crate::lookup_hook`.
+
+hooks! {
+    libs = LIBS, missing = SYMBOL_NOT_FOUND;
+
+    ["hip_4.2"] fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> i32 |pass| {
+        HIP.malloc(ptr, size, pass)
+    }
+
+    ["hip_4.2"] fn hipExtMallocWithFlags(ptr: *mut *mut c_void, size: usize, flags: u32) -> i32 |pass| {
+        if flags == DEVICE_MALLOC_DEFAULT {
+            HIP.malloc(ptr, size, pass)
+        } else {
+            HIP.external_malloc(ptr, size, pass)
+        }
+    }
+
+    ["hip_4.2"] fn hipFree(ptr: *mut c_void) -> i32 |pass| {
+        HIP.free(ptr, pass)
+    }
+
+    ["hip_4.2"] fn hipMallocManaged(ptr: *mut *mut c_void, size: usize, flags: u32) -> i32 |pass| {
+        let _ = flags;
+        HIP.external_malloc(ptr, size, pass)
+    }
+
+    ["hip_5.1"] fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: Stream) -> i32 |pass| {
+        let _ = stream;
+        HIP.external_malloc(ptr, size, pass)
+    }
+
+    ["hip_5.1"] fn hipMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: MemPool, stream: Stream) -> i32 |pass| {
+        let _ = (pool, stream);
+        HIP.external_malloc(ptr, size, pass)
+    }
+
+    ["hip_5.1"] fn hipFreeAsync(ptr: *mut c_void, stream: Stream) -> i32 |pass| {
+        let _ = stream;
+        HIP.free_async(ptr, pass)
+    }
+
+    ["hip_5.1"] fn hipMemPoolTrimTo(pool: MemPool, min_bytes_to_hold: usize) -> i32 |pass| {
+        let _ = pool;
+        HIP.trim_to(min_bytes_to_hold, pass)
+    }
+
+    ["hip_4.2"] fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> i32 |pass| {
+        HIP.mem_get_info(free, total, pass)
+    }
+
+    ["hip_4.2"] fn hipDeviceTotalMem(bytes: *mut usize, device: c_int) -> i32 |pass| {
+        let code = pass();
+        if let (SUCCESS, Some(a)) = (code, HIP.active()) {
+            if !bytes.is_null() {
+                *bytes = a.total_for(device, *bytes as u64) as usize;
+            }
+        }
+        code
+    }
+
+    ["hip_4.2"] fn hipDeviceGetAttribute(value: *mut c_int, attr: c_int, device: c_int) -> i32 |pass| {
+        let code = pass();
+        if let (SUCCESS, ATTRIBUTE_TOTAL_GLOBAL_MEM, Some(a)) = (code, attr, HIP.active()) {
+            if !value.is_null() {
+                *value = guard::capped_attribute(*value, |t| a.total_for(device, t), || {
+                    let mut total = 0usize;
+                    match real::hipDeviceTotalMem.get() {
+                        Some(f) if f(&mut total, device) == SUCCESS => Some(total as u64),
+                        _ => None,
+                    }
+                });
+            }
+        }
+        code
+    }
+
+    ["hip_4.2"] fn hipGetDeviceProperties(props: *mut c_void, device: c_int) -> i32 |pass| {
+        HIP.cap_props(props, PROP_R0000_TOTAL_GLOBAL_MEM, device, pass)
+    }
+
+    ["hip_6.0"] fn hipGetDevicePropertiesR0600(props: *mut c_void, device: c_int) -> i32 |pass| {
+        HIP.cap_props(props, PROP_R0600_TOTAL_GLOBAL_MEM, device, pass)
+    }
+
+    ["hip_4.2"] fn hipDeviceSynchronize() -> i32 |pass| {
+        HIP.device_synchronize(pass)
+    }
+
+    ["hip_4.2"] fn hipDeviceReset() -> i32 |pass| {
+        HIP.device_reset(pass)
+    }
+
+    ["hip_4.2"] fn hipGetLastError() -> i32 |pass| {
+        guard::last_error(pass(), true)
+    }
+
+    ["hip_4.2"] fn hipPeekAtLastError() -> i32 |pass| {
+        guard::last_error(pass(), false)
+    }
+
+    ["hip_4.2"] fn hipStreamBeginCapture(stream: Stream, mode: c_int) -> i32 |pass| {
+        let _ = mode;
+        HIP.begin_capture(stream, pass)
+    }
+
+    ["hip_4.2"] fn hipStreamEndCapture(stream: Stream, graph: *mut *mut c_void) -> i32 |pass| {
+        let _ = graph;
+        HIP.end_capture(stream, pass)
+    }
+
+    ["hip_6.1"] fn hipGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_void) -> i32 |pass| {
+        let _ = (version, flags, status);
+        let code = pass();
+        if code == SUCCESS && !symbol.is_null() && !pfn.is_null() && !(*pfn).is_null() {
+            if let Some(hook) = crate::lookup_hook(CStr::from_ptr(symbol).to_bytes(), *pfn as usize) {
+                *pfn = hook as *mut c_void;
+            }
+        }
+        code
+    }
+}
