@@ -1,5 +1,6 @@
 /* One scenario per argument, each printing `key value` lines; see tests/tests/guard.rs. */
 #include <pthread.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "guard_common.h"
@@ -229,6 +230,19 @@ static int hold(void) {
     return hipFree(p);
 }
 
+static int background(void) {
+    /* A freed block, then the program idles: the background reclaimer synchronizes the device
+     * on its own (the simulator counts it), so the next allocation needs no wait. */
+    void* p = NULL;
+    OK(hipMalloc(&p, 64 * MiB));
+    unsigned long before = (unsigned long)counters().syncs;
+    OK(hipFree(p));
+    struct timespec pause = {0, 300 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    printf("background_syncs %lu\n", (unsigned long)counters().syncs - before);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     CHECK(argc == 2, "usage: guard_ops SCENARIO");
     const char* s = argv[1];
@@ -245,6 +259,7 @@ int main(int argc, char** argv) {
     if (!strcmp(s, "errors")) return errors();
     if (!strcmp(s, "workload")) return workload();
     if (!strcmp(s, "hold")) return hold();
+    if (!strcmp(s, "background")) return background();
     fprintf(stderr, "unknown scenario %s\n", s);
     return 2;
 }

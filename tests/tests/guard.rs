@@ -487,3 +487,17 @@ fn rocmguard_stats_shows_a_live_process_and_forgets_it_at_exit() {
         "the file is removed at exit"
     );
 }
+
+#[test]
+fn freed_blocks_are_released_in_the_background() {
+    let s = guarded("guard_ops", &["background"], &[]);
+    s.succeeded();
+    assert!(s.num("background_syncs") >= 1, "{}", text(&s.out));
+    let off = guarded("guard_ops", &["background"], &[("ROCMGUARD_RECLAIM", "0")]);
+    off.succeeded();
+    assert_eq!(
+        off.num("background_syncs"),
+        0,
+        "ROCMGUARD_RECLAIM=0 leaves the device alone"
+    );
+}

@@ -35,6 +35,8 @@ pub struct Config {
     pub stats: bool,
     /// Pass every call straight through.
     pub disable: bool,
+    /// A background thread makes freed blocks reusable by synchronizing the device.
+    pub reclaim: bool,
     /// Record every hooked call to this file (`%p` = pid).
     pub trace: Option<String>,
     pub uma: UmaMode,
@@ -167,6 +169,12 @@ pub const KEYS: &[Key] = &[
         set: |c, v| parse_bool(v).map(|b| c.disable = b),
     },
     Key {
+        name: "reclaim",
+        default: "1",
+        help: "Release freed blocks in the background: a thread synchronizes the device while freed blocks wait, so allocations rarely wait for the GPU (1 or 0).",
+        set: |c, v| parse_bool(v).map(|b| c.reclaim = b),
+    },
+    Key {
         name: "trace",
         default: "none",
         help: "Record every hooked call to this file, RMM CSV (.gz to compress); %p becomes the process id.",
@@ -221,6 +229,7 @@ impl Default for Config {
             log_file: None,
             stats: false,
             disable: false,
+            reclaim: true,
             trace: None,
             uma: UmaMode::Auto,
             host_reserve: Limit::Percent(10.0),

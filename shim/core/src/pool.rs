@@ -138,6 +138,8 @@ pub struct Pool<S: DeviceSource> {
     /// near the cap the program is without taking it.
     used: AtomicU64,
     cap: AtomicU64,
+    /// Bytes waiting in quarantine, mirrored for [`Pool::reclaim`]'s callers.
+    quarantined: AtomicU64,
 }
 
 impl<S: DeviceSource> Pool<S> {
@@ -150,6 +152,7 @@ impl<S: DeviceSource> Pool<S> {
             source,
             used: AtomicU64::new(0),
             cap: AtomicU64::new(options.cap),
+            quarantined: AtomicU64::new(0),
             options,
             state: Mutex::new(State {
                 blocks: Vec::new(),
@@ -186,6 +189,26 @@ impl<S: DeviceSource> Pool<S> {
     fn mirror(&self, st: &State) {
         self.used.store(st.live_total(), Ordering::Relaxed);
         self.cap.store(st.stats.cap, Ordering::Relaxed);
+        self.quarantined
+            .store(st.stats.quarantined, Ordering::Relaxed);
+    }
+
+    /// Whether freed blocks wait for a synchronize (read without the lock; a moment old).
+    pub fn has_quarantine(&self) -> bool {
+        self.quarantined.load(Ordering::Relaxed) > 0
+    }
+
+    /// Synchronizes the device once and makes every block freed before it reusable: what a
+    /// background thread calls so that allocations rarely have to wait for the device.
+    /// Returns whether it synchronized.
+    pub fn reclaim(&self) -> bool {
+        let st = self.lock();
+        if st.quarantine.is_empty() || !self.source.may_synchronize() {
+            return false;
+        }
+        let st = self.synchronize_and_release(st);
+        self.mirror(&st);
+        true
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

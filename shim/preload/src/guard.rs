@@ -159,6 +159,10 @@ pub struct Active {
     captures: AtomicUsize,
     /// Devices whose cap warning has been printed.
     warned: Vec<AtomicBool>,
+    /// Held shared by the reclaimer while it synchronizes and exclusively while a capture
+    /// begins, so a background synchronize never overlaps the start of a capture.
+    sync_gate: std::sync::RwLock<()>,
+    reclaimer: OnceCell<()>,
 }
 
 pub struct Guard {
@@ -198,6 +202,8 @@ impl Guard {
                     capturing: Mutex::new(Vec::new()),
                     captures: AtomicUsize::new(0),
                     warned: (0..MAX_DEVICES).map(|_| AtomicBool::new(false)).collect(),
+                    sync_gate: std::sync::RwLock::new(()),
+                    reclaimer: OnceCell::new(),
                 })
             })
             .as_ref()
@@ -342,6 +348,8 @@ impl Guard {
     }
 
     pub fn begin_capture(&'static self, stream: *mut c_void, pass: impl FnOnce() -> i32) -> i32 {
+        let active = self.active();
+        let _gate = active.map(|a| a.sync_gate.write().unwrap_or_else(|e| e.into_inner()));
         let code = pass();
         if let (SUCCESS, Some(a)) = (code, self.active()) {
             a.capture_began(stream as usize);
@@ -380,7 +388,7 @@ impl Active {
         };
         let (_, total) = source.mem_info().ok()?;
         let options = PoolOptions::from_config(self.config, total);
-        Some(cell.get_or_init(|| {
+        let pool = cell.get_or_init(|| {
             log::info(format_args!(
                 "dev{}: pool over {} of device memory, cap {}",
                 device,
@@ -388,7 +396,48 @@ impl Active {
                 rocmguard_core::format_size(options.cap)
             ));
             Pool::new(source, options)
-        }))
+        });
+        if self.config.reclaim {
+            self.start_reclaimer();
+        }
+        Some(pool)
+    }
+
+    /// Starts the thread that releases freed blocks in the background, once.
+    fn start_reclaimer(&'static self) {
+        self.reclaimer.get_or_init(|| {
+            let spawned = std::thread::Builder::new()
+                .name("rocmguard-reclaim".into())
+                .spawn(move || self.reclaim_loop());
+            if spawned.is_err() {
+                log::warn(format_args!(
+                    "no background reclaim thread; freed blocks are reused after synchronizes on demand"
+                ));
+            }
+        });
+    }
+
+    /// While freed blocks wait in a pool's quarantine, synchronizes the device (from this
+    /// thread, so the program's threads do not stall) and releases them. Stops at exit.
+    fn reclaim_loop(&'static self) {
+        crate::process::reclaimer_started();
+        loop {
+            let mut synced = false;
+            for (_, pool) in self.existing_pools() {
+                if !pool.has_quarantine() || self.capture_active() {
+                    continue;
+                }
+                let _permit = match crate::process::reclaim_permit() {
+                    Some(p) => p,
+                    None => return,
+                };
+                let _gate = self.sync_gate.read().unwrap_or_else(|e| e.into_inner());
+                synced |= pool.reclaim();
+            }
+            if !synced {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
     }
 
     fn is_integrated(&self, device: i32) -> bool {

@@ -3,7 +3,8 @@
 //! never inherits a pool lock held by a thread it does not have.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use rocmguard_core::{Config, Stats};
@@ -13,6 +14,24 @@ use crate::hip::HIP;
 
 static mut PRINT_STATS: bool = false;
 static EXITING: AtomicBool = AtomicBool::new(false);
+/// Held by the background reclaimer while it synchronizes; taken for good at exit, so no
+/// synchronize of ours runs while the runtime tears itself down.
+static RECLAIMING: Mutex<()> = Mutex::new(());
+/// The process whose reclaimer thread exists (a forked child has none).
+static RECLAIMER_PID: AtomicU32 = AtomicU32::new(0);
+
+pub fn reclaimer_started() {
+    RECLAIMER_PID.store(std::process::id(), Ordering::Release);
+}
+
+/// Permission to synchronize in the background, or `None` once the process is exiting.
+pub fn reclaim_permit() -> Option<MutexGuard<'static, ()>> {
+    if EXITING.load(Ordering::Acquire) {
+        return None;
+    }
+    let permit = RECLAIMING.lock().unwrap_or_else(|e| e.into_inner());
+    (!EXITING.load(Ordering::Acquire)).then_some(permit)
+}
 
 thread_local! {
     /// Pool locks held from `fork()`'s prepare to its parent and child handlers, which run on
@@ -71,6 +90,10 @@ extern "C" fn at_exit() {
     // Never calls the runtime: it may be gone already.
     let _ = std::panic::catch_unwind(|| {
         EXITING.store(true, Ordering::Release);
+        if RECLAIMER_PID.load(Ordering::Acquire) == std::process::id() {
+            // Waits for a background synchronize in flight, then keeps the reclaimer out.
+            std::mem::forget(RECLAIMING.lock().unwrap_or_else(|e| e.into_inner()));
+        }
         crate::trace::finish();
         let _ = rocmguard_core::live::remove(std::process::id());
         // SAFETY: written once in install.

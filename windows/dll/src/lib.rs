@@ -26,6 +26,7 @@ mod guard;
 mod hip;
 mod hooks;
 mod loader;
+mod process;
 /// Our hook for a hooked name, for `GetProcAddress` answers (see `loader::hook_for_name`).
 use loader::hook_for_name as lookup_hook;
 mod log;
