@@ -1,6 +1,47 @@
-// The HIP hook table, shared by the Linux preload (shim/preload/src/hip.rs) and the Windows DLL
-// (windows/dll/src/hip.rs), which `include!` it after defining the names it uses: `HIP`, `LIBS`,
-// the constants, `Stream`, `MemPool`, `guard`, and `crate::lookup_hook`.
+// The HIP face, shared by the Linux preload (shim/preload/src/hip.rs) and the Windows DLL
+// (windows/dll/src/hip.rs), which `include!` it after defining what differs between them:
+// `LIBS`, `GET_DEVICE`, `SET_DEVICE`, the imports, and `crate::lookup_hook`.
+
+pub type Stream = *mut c_void;
+pub type MemPool = *mut c_void;
+
+const ATTRIBUTE_INTEGRATED: c_int = 16;
+const ATTRIBUTE_TOTAL_GLOBAL_MEM: c_int = 84;
+/// `hipExtMallocWithFlags`' default flag: ordinary device memory, which the pool serves.
+const DEVICE_MALLOC_DEFAULT: u32 = 0;
+/// `totalGlobalMem` in `hipDeviceProp_tR0600` and in the older `hipDeviceProp_t` (R0000).
+const PROP_R0600_TOTAL_GLOBAL_MEM: usize = 288;
+const PROP_R0000_TOTAL_GLOBAL_MEM: usize = 256;
+
+static FACE: Face = Face {
+    name: "HIP",
+    api: resolve_api,
+    integrated,
+};
+
+pub static HIP: Guard = Guard::new(&FACE);
+
+fn resolve_api() -> Option<Api> {
+    Some(Api {
+        malloc: real::hipMalloc.get()?,
+        free: real::hipFree.get()?,
+        mem_get_info: real::hipMemGetInfo.get()?,
+        get_device: GET_DEVICE.get()?,
+        set_device: SET_DEVICE.get()?,
+        synchronize: real::hipDeviceSynchronize.get()?,
+        get_last_error: real::hipGetLastError.get()?,
+        peek_last_error: real::hipPeekAtLastError.get()?,
+    })
+}
+
+fn integrated(device: i32) -> bool {
+    let mut v = 0;
+    match real::hipDeviceGetAttribute.get() {
+        // SAFETY: valid out-pointer.
+        Some(f) => unsafe { f(&mut v, ATTRIBUTE_INTEGRATED, device) == SUCCESS && v != 0 },
+        None => false,
+    }
+}
 
 hooks! {
     libs = LIBS, missing = SYMBOL_NOT_FOUND;
