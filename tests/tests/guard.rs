@@ -501,3 +501,18 @@ fn freed_blocks_are_released_in_the_background() {
         "ROCMGUARD_RECLAIM=0 leaves the device alone"
     );
 }
+
+#[test]
+fn the_log_also_goes_to_the_log_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rocmguard.log");
+    let env = [
+        ("ROCMGUARD_VRAM_LIMIT", "1GiB"),
+        ("ROCMGUARD_LOG_FILE", file.to_str().unwrap()),
+    ];
+    let s = guarded("guard_cap", &[], &env);
+    s.succeeded();
+    let logged = std::fs::read_to_string(&file).expect("the log file exists");
+    assert!(logged.contains("[VRAM Limit] refused"), "{}", logged);
+    assert!(s.stderr().contains("[VRAM Limit] refused"), "stderr too");
+}

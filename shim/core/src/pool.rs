@@ -213,7 +213,7 @@ impl<S: DeviceSource> Pool<S> {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic elsewhere never leaves the state half-changed in a way that matters more than
-        // losing the pool, and the hooks run with panic = abort; keep serving.
+        // losing the pool, and the hooks catch panics at their boundary; keep serving.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -551,9 +551,8 @@ impl<S: DeviceSource> Pool<S> {
                 break;
             }
             let (addr, size) = st.remove_segment(seg);
-            if self.source.free(addr, size).is_err() {
-                // The device refused the memory back; it is no longer ours to hand out either.
-            }
+            // If the device refuses the memory back, it is no longer ours to hand out either.
+            let _ = self.source.free(addr, size);
             st.stats.source_frees += 1;
             st.stats.trims += 1;
             released += size;

@@ -245,14 +245,11 @@ impl Guard {
         &'static self,
         ptr: *mut *mut c_void,
         size: usize,
-        pass: impl FnMut() -> i32,
+        mut pass: impl FnMut() -> i32,
     ) -> i32 {
         match self.active() {
             Some(a) if !ptr.is_null() && size > 0 => a.external_alloc(ptr, size, pass),
-            _ => {
-                let mut pass = pass;
-                pass()
-            }
+            _ => pass(),
         }
     }
 

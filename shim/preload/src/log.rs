@@ -3,6 +3,7 @@
 
 use std::fmt::Arguments;
 use std::io::Write;
+use std::sync::Arc;
 
 use once_cell::sync::OnceCell;
 use rocmguard_core::Config;
@@ -21,17 +22,26 @@ pub fn init(config: &Config, warnings: &[String]) {
             "trace" => Some(tracing::Level::TRACE),
             _ => Some(tracing::Level::WARN),
         };
-        let file = config.log_file.clone();
+        // Opened once; every line is appended to the same handle.
+        let file = config.log_file.as_ref().and_then(|path| {
+            match std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
+                Ok(f) => Some(Arc::new(f)),
+                Err(e) => {
+                    eprintln!(
+                        "rocmguard: cannot open the log file {}: {}; logging to stderr only",
+                        path, e
+                    );
+                    None
+                }
+            }
+        });
         let writer = move || -> Box<dyn Write> {
             match &file {
-                Some(path) => match std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                {
-                    Ok(f) => Box::new(Tee(std::io::stderr(), f)),
-                    Err(_) => Box::new(std::io::stderr()),
-                },
+                Some(f) => Box::new(Tee(std::io::stderr(), f.clone())),
                 None => Box::new(std::io::stderr()),
             }
         };
@@ -50,15 +60,15 @@ pub fn init(config: &Config, warnings: &[String]) {
     }
 }
 
-struct Tee(std::io::Stderr, std::fs::File);
+struct Tee(std::io::Stderr, Arc<std::fs::File>);
 
 impl Write for Tee {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = self.1.write_all(buf);
+        let _ = (&*self.1).write_all(buf);
         self.0.write(buf)
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        let _ = self.1.flush();
+        let _ = (&*self.1).flush();
         self.0.flush()
     }
 }

@@ -12,7 +12,6 @@ use rocmguard_core::{Config, Stats};
 use crate::cuda::CUDA;
 use crate::hip::HIP;
 
-static mut PRINT_STATS: bool = false;
 static EXITING: AtomicBool = AtomicBool::new(false);
 /// Held by the background reclaimer while it synchronizes; taken for good at exit, so no
 /// synchronize of ours runs while the runtime tears itself down.
@@ -40,9 +39,8 @@ thread_local! {
 }
 
 pub fn install(config: &Config) {
-    // SAFETY: set once, before the handlers can run; read only at exit.
+    // SAFETY: registering handlers that never unwind.
     unsafe {
-        PRINT_STATS = config.stats;
         libc::atexit(at_exit);
         libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
     }
@@ -96,8 +94,7 @@ extern "C" fn at_exit() {
         }
         crate::trace::finish();
         let _ = rocmguard_core::live::remove(std::process::id());
-        // SAFETY: written once in install.
-        if unsafe { PRINT_STATS } {
+        if crate::config().is_some_and(|c| c.stats) {
             for (face, stats) in all_stats() {
                 eprint!(
                     "rocmguard: {} memory at exit\n{}",
