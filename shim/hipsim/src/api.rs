@@ -4,7 +4,7 @@
 //! thread's last error and keeps panics from crossing into C.
 
 use std::ffi::{c_void, CStr};
-use std::os::raw::{c_char, c_int, c_uint};
+use std::os::raw::{c_char, c_int, c_uint, c_ulonglong};
 use std::ptr;
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use crate::memory::Kind;
 use crate::props::{self, Layout};
 use crate::state::{self, current_device, Counters, Sim};
 use crate::streams::{self, Streams};
+use crate::vmm;
 use crate::work::{self, Op};
 
 type Stream = *mut c_void;
@@ -34,15 +35,6 @@ unsafe fn put<T>(out: *mut T, value: T) -> HipResult {
     }
     out.write(value);
     Ok(())
-}
-
-/// Fails unless `device` exists.
-fn check_device(sim: &Sim, device: i32) -> HipResult {
-    match sim.cfg.devices {
-        0 => Err(NO_DEVICE),
-        n if (0..n).contains(&device) => Ok(()),
-        _ => Err(INVALID_DEVICE),
-    }
 }
 
 /// Resolves a stream that must exist, with the code ROCm gives for one that does not.
@@ -88,7 +80,7 @@ unsafe fn allocate(out: *mut *mut c_void, size: usize, how: Alloc) -> HipResult 
                 (device, Kind::Device, 0)
             }
         };
-        check_device(s, device)?;
+        s.check_device(device)?;
         out.write(ptr::null_mut());
         if size == 0 {
             return Ok(());
@@ -205,7 +197,7 @@ hip_export! {
             if pool.is_null() {
                 return Err(INVALID_VALUE);
             }
-            state::with(|s| check_device(s, device))?;
+            state::with(|s| s.check_device(device))?;
             put(pool, Streams::pool(device) as *mut c_void)
         })
     }
@@ -234,7 +226,7 @@ hip_export! {
             }
             let (f, t) = state::with(|s| {
                 let device = current_device();
-                check_device(s, device)?;
+                s.check_device(device)?;
                 let used = s.mem.used(device);
                 let t = s.cfg.reported_vram;
                 let f = match s.cfg.integrated {
@@ -256,7 +248,7 @@ hip_export! {
             if bytes.is_null() {
                 return Err(INVALID_VALUE);
             }
-            let total = state::with(|s| check_device(s, device).map(|_| s.cfg.reported_vram))?;
+            let total = state::with(|s| s.check_device(device).map(|_| s.cfg.reported_vram))?;
             put(bytes, total as usize)
         })
     }
@@ -269,7 +261,7 @@ hip_export! {
                 return Err(INVALID_VALUE);
             }
             let v = state::with(|s| {
-                check_device(s, device)?;
+                s.check_device(device)?;
                 Ok::<_, HipError>(props::attribute(s.cfg, attr))
             })?;
             put(value, v)
@@ -282,7 +274,10 @@ unsafe fn device_properties(out: *mut c_void, device: c_int, layout: &Layout) ->
     if out.is_null() {
         return Err(INVALID_VALUE);
     }
-    let bytes = state::with(|s| check_device(s, device).map(|_| props::properties(s.cfg, layout)))?;
+    let bytes = state::with(|s| {
+        s.check_device(device)
+            .map(|_| props::properties(s.cfg, layout))
+    })?;
     ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, bytes.len());
     Ok(())
 }
@@ -322,7 +317,7 @@ hip_export! {
 hip_export! {
     "hip_4.2" fn hipSetDevice(device: c_int) -> c_int {
         error::api(|| {
-            state::with(|s| check_device(s, device))?;
+            state::with(|s| s.check_device(device))?;
             state::set_current_device(device);
             Ok(())
         })
@@ -401,7 +396,7 @@ hip_export! {
             }
             let handle = state::with(|s| {
                 let device = current_device();
-                check_device(s, device).map(|_| s.streams.create(device, flags))
+                s.check_device(device).map(|_| s.streams.create(device, flags))
             })?;
             put(stream, handle as Stream)
         })
@@ -517,7 +512,8 @@ fn before_sync_op() -> HipResult {
 
 hip_export! {
     /// A plain memmove, since device memory is host memory here; the device side of the
-    /// direction must lie inside a live allocation.
+    /// direction must lie inside a live allocation (or neighbouring mappings) that the device may
+    /// write (destination) or read (source).
     "hip_4.2" fn hipMemcpy(
         dst: *mut c_void,
         src: *const c_void,
@@ -540,8 +536,10 @@ hip_export! {
             };
             before_sync_op()?;
             state::with(|s| {
-                let ok = |on_device: bool, p: usize| !on_device || s.mem.contains(p, bytes);
-                if !ok(dst_on_device, dst as usize) || !ok(src_on_device, src as usize) {
+                let ok = |on_device: bool, p: usize, write: bool| {
+                    !on_device || s.mem.covers(p, bytes, write)
+                };
+                if !ok(dst_on_device, dst as usize, true) || !ok(src_on_device, src as usize, false) {
                     return Err(INVALID_VALUE);
                 }
                 ptr::copy(src as *const u8, dst as *mut u8, bytes);
@@ -675,6 +673,82 @@ hip_export! {
             }
             result
         })
+    }
+}
+
+hip_export! {
+    /// Reserves address space (inaccessible, charged nothing) aligned to at least 2 MiB.
+    "hip_5.1" fn hipMemAddressReserve(
+        ptr: *mut *mut c_void,
+        size: usize,
+        alignment: usize,
+        addr: *mut c_void,
+        flags: c_ulonglong,
+    ) -> c_int {
+        error::api(|| vmm::address_reserve(ptr, size, alignment, addr, flags))
+    }
+}
+
+hip_export! {
+    "hip_5.1" fn hipMemAddressFree(ptr: *mut c_void, size: usize) -> c_int {
+        error::api(|| vmm::address_free(ptr, size))
+    }
+}
+
+hip_export! {
+    /// Physical memory, charged to `prop->location.id` and counted like `hipMalloc`.
+    "hip_5.1" fn hipMemCreate(
+        handle: *mut *mut c_void,
+        size: usize,
+        prop: *const vmm::AllocationProp,
+        flags: c_ulonglong,
+    ) -> c_int {
+        error::api(|| vmm::create(handle, size, prop, flags))
+    }
+}
+
+hip_export! {
+    "hip_5.1" fn hipMemRelease(handle: *mut c_void) -> c_int {
+        error::api(|| vmm::release(handle))
+    }
+}
+
+hip_export! {
+    "hip_5.1" fn hipMemMap(
+        ptr: *mut c_void,
+        size: usize,
+        offset: usize,
+        handle: *mut c_void,
+        flags: c_ulonglong,
+    ) -> c_int {
+        error::api(|| vmm::map(ptr, size, offset, handle, flags))
+    }
+}
+
+hip_export! {
+    "hip_5.1" fn hipMemSetAccess(
+        ptr: *mut c_void,
+        size: usize,
+        desc: *const vmm::AccessDesc,
+        count: usize,
+    ) -> c_int {
+        error::api(|| vmm::set_access(ptr, size, desc, count))
+    }
+}
+
+hip_export! {
+    "hip_5.1" fn hipMemUnmap(ptr: *mut c_void, size: usize) -> c_int {
+        error::api(|| vmm::unmap(ptr, size))
+    }
+}
+
+hip_export! {
+    "hip_5.1" fn hipMemGetAllocationGranularity(
+        granularity: *mut usize,
+        prop: *const vmm::AllocationProp,
+        option: c_int,
+    ) -> c_int {
+        error::api(|| vmm::granularity(granularity, prop, option))
     }
 }
 

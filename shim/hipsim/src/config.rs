@@ -33,6 +33,10 @@ pub struct Config {
     pub seed: u64,
     /// Allocations larger than this fail (`HIPSIM_FAIL_ABOVE`).
     pub fail_above: Option<u64>,
+    /// Virtual memory management (`HIPSIM_VMM`, default on; Linux only): off, `hipMemCreate`,
+    /// `hipMemMap` and the rest answer `hipErrorNotSupported` and the attribute
+    /// `VirtualMemoryManagementSupported` reads 0, as on a runtime or device without it.
+    pub vmm: bool,
 }
 
 impl Default for Config {
@@ -47,6 +51,7 @@ impl Default for Config {
             fail_prob: 0.0,
             seed: 0,
             fail_above: None,
+            vmm: true,
         }
     }
 }
@@ -103,6 +108,7 @@ impl Config {
             v.parse::<u64>().ok()
         });
         let fail_above = knob(&get, warn, "HIPSIM_FAIL_ABOVE", SIZE, parse_size);
+        let vmm = knob(&get, warn, "HIPSIM_VMM", "0 or 1", parse_bool);
 
         let vram = vram.unwrap_or(d.vram);
         let integrated = integrated.unwrap_or(d.integrated);
@@ -120,6 +126,7 @@ impl Config {
             fail_prob: fail_prob.unwrap_or(d.fail_prob),
             seed: seed.unwrap_or(d.seed),
             fail_above: fail_above.or(d.fail_above),
+            vmm: vmm.unwrap_or(d.vmm),
         }
     }
 }
@@ -221,6 +228,7 @@ mod tests {
             ("HIPSIM_FAIL_PROB", "0.25"),
             ("HIPSIM_SEED", "42"),
             ("HIPSIM_FAIL_ABOVE", "1GiB"),
+            ("HIPSIM_VMM", "0"),
         ]);
         assert!(w.is_empty(), "{:?}", w);
         assert_eq!(c.vram, 128 << 30);
@@ -232,6 +240,7 @@ mod tests {
         assert_eq!(c.fail_prob, 0.25);
         assert_eq!(c.seed, 42);
         assert_eq!(c.fail_above, Some(1 << 30));
+        assert!(!c.vmm);
     }
 
     #[test]

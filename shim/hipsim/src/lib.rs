@@ -7,13 +7,15 @@
 //! ROCm's argument checks and error codes, the implicit device synchronize of `hipFree`,
 //! streams with queued work, stream capture and what invalidates it, the sticky per-thread last
 //! error of ROCm 7, `hipGetProcAddress` resolving to its own exports, APU memory misreporting,
-//! injected faults, and versioned exports (`hip_4.2`, `hip_5.1`, ...) like the real library.
+//! injected faults, virtual memory management (reserve, create, map, set access; Linux only),
+//! and versioned exports (`hip_4.2`, `hip_5.1`, ...) like the real library.
 //! Knobs are `HIPSIM_*` environment variables (see `config`).
 //!
 //! Layout: `api` holds the exports and nothing else; `state` the locked process state and
 //! counters; `memory` allocations and faults; `streams` streams, pools and capture; `work` the
 //! queue of simulated GPU work; `props` device properties; `error` codes and the last error;
-//! `sys` the platform-specific parts (mmap or VirtualAlloc, own-symbol lookup).
+//! `vmm` the virtual memory calls; `sys` the platform-specific parts (mmap or VirtualAlloc,
+//! memfd mappings, own-symbol lookup).
 
 /// Declares one exported HIP entry point and binds it to its ROCm version node with `.symver`
 /// (`build.rs` defines the nodes), so each export is written once and carries its version.
@@ -44,4 +46,5 @@ mod props;
 mod state;
 mod streams;
 mod sys;
+mod vmm;
 mod work;

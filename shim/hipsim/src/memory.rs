@@ -1,5 +1,8 @@
 //! Simulated device memory: a table of live allocations (host mappings standing in for VRAM),
 //! per-device capacity, and the fault injection that decides which allocation calls fail.
+//! Ranges that the virtual memory calls map (`vmm`) are in the table too, as blocks of kind
+//! `Mapped`: device memory for every check, but charged through their handle, not here, and
+//! never freed by `hipFree`.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +18,18 @@ pub enum Kind {
     Device,
     /// `hipMallocManaged`.
     Managed,
+    /// A `hipMemMap` of a `hipMemCreate` handle: `hipFree`, `hipFreeAsync` and `hipDeviceReset`
+    /// leave it alone (only `hipMemUnmap` removes it), and its bytes are charged by the handle.
+    Mapped,
+}
+
+/// What the device may do with a block: always `ReadWrite` for allocations; for a mapping what
+/// `hipMemSetAccess` last granted (`None` until then), as `hipMemAccessFlags` numbers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Access {
+    None = 0,
+    Read = 1,
+    ReadWrite = 3,
 }
 
 /// One live allocation. Its key in the table is its address.
@@ -28,6 +43,7 @@ pub struct Block {
     pub flags: u32,
     /// A `hipFreeAsync` is queued for it: it may not be freed again.
     pub freeing: bool,
+    pub access: Access,
 }
 
 pub struct Memory {
@@ -50,20 +66,26 @@ impl Memory {
         }
     }
 
+    /// How many devices there are.
+    pub fn devices(&self) -> usize {
+        self.used.len()
+    }
+
     pub fn used(&self, device: i32) -> u64 {
         self.used.get(device as usize).copied().unwrap_or(0)
     }
 
-    /// Allocates `size > 0` bytes on `device`, unless a fault knob or the capacity says no.
-    pub fn alloc(
+    /// Charges `size > 0` bytes to `device`, unless a fault knob or the capacity says no, and
+    /// counts an allocation; `back` makes what stands behind the bytes (`None`: out of memory,
+    /// nothing charged). Every allocating call, `hipMemCreate` included, comes through here.
+    pub fn charge<T>(
         &mut self,
         cfg: &Config,
         counters: &mut Counters,
         size: usize,
         device: i32,
-        kind: Kind,
-        flags: u32,
-    ) -> Result<*mut u8, HipError> {
+        back: impl FnOnce() -> Option<T>,
+    ) -> Result<T, HipError> {
         self.calls += 1;
         let draw = if cfg.fail_prob > 0.0 {
             self.next_unit()
@@ -74,34 +96,91 @@ impl Memory {
         let injected = cfg.fail_nth.contains(&self.calls)
             || draw < cfg.fail_prob
             || cfg.fail_above.map_or(false, |limit| size as u64 > limit);
-        let ptr = match (fits && !injected).then(|| sys::map(size)).flatten() {
-            Some(ptr) => ptr,
+        let backing = match (fits && !injected).then(back).flatten() {
+            Some(backing) => backing,
             None => {
                 counters.failed_allocs += 1;
                 return Err(OUT_OF_MEMORY);
             }
         };
-        self.blocks.insert(
-            ptr as usize,
-            Block {
-                size,
-                device,
-                kind,
-                flags,
-                freeing: false,
-            },
-        );
         self.used[device as usize] += size as u64;
         counters.allocs += 1;
         counters.live_allocs += 1;
         counters.live_bytes += size as u64;
         counters.peak_bytes = counters.peak_bytes.max(counters.live_bytes);
+        Ok(backing)
+    }
+
+    /// Returns bytes charged by `charge` and counts a free.
+    pub fn uncharge(&mut self, counters: &mut Counters, size: usize, device: i32) {
+        self.used[device as usize] -= size as u64;
+        counters.frees += 1;
+        counters.live_allocs -= 1;
+        counters.live_bytes -= size as u64;
+    }
+
+    /// Allocates `size > 0` bytes of host memory standing in for VRAM on `device`.
+    pub fn alloc(
+        &mut self,
+        cfg: &Config,
+        counters: &mut Counters,
+        size: usize,
+        device: i32,
+        kind: Kind,
+        flags: u32,
+    ) -> Result<*mut u8, HipError> {
+        let ptr = self.charge(cfg, counters, size, device, || sys::map(size))?;
+        self.insert(ptr as usize, size, device, kind, flags, Access::ReadWrite);
         Ok(ptr)
     }
 
-    /// The block that starts at `ptr`, if it is live and not already being freed.
+    fn insert(
+        &mut self,
+        ptr: usize,
+        size: usize,
+        device: i32,
+        kind: Kind,
+        flags: u32,
+        access: Access,
+    ) {
+        let block = Block {
+            size,
+            device,
+            kind,
+            flags,
+            freeing: false,
+            access,
+        };
+        self.blocks.insert(ptr, block);
+    }
+
+    /// Enters a mapping made by `hipMemMap` (kind `Mapped`, no access yet); charges nothing.
+    pub fn add_mapping(&mut self, ptr: usize, size: usize, device: i32) {
+        self.insert(ptr, size, device, Kind::Mapped, 0, Access::None);
+    }
+
+    /// Removes the mapping that starts at `ptr`; false if there is none.
+    pub fn remove_mapping(&mut self, ptr: usize) -> bool {
+        match self.blocks.get(&ptr) {
+            Some(b) if b.kind == Kind::Mapped => self.blocks.remove(&ptr).is_some(),
+            _ => false,
+        }
+    }
+
+    /// Records what `hipMemSetAccess` granted on the mapping at `ptr`.
+    pub fn set_access(&mut self, ptr: usize, access: Access) {
+        if let Some(b) = self.blocks.get_mut(&ptr).filter(|b| b.kind == Kind::Mapped) {
+            b.access = access;
+        }
+    }
+
+    /// The allocation that starts at `ptr`, if it is live and not already being freed (never a
+    /// mapping: `hipFree` of one is `hipErrorInvalidValue`).
     pub fn block_at(&self, ptr: usize) -> Option<Block> {
-        self.blocks.get(&ptr).copied().filter(|b| !b.freeing)
+        self.blocks
+            .get(&ptr)
+            .copied()
+            .filter(|b| !b.freeing && b.kind != Kind::Mapped)
     }
 
     /// The block containing `ptr` and its start, interior pointers included.
@@ -110,16 +189,49 @@ impl Memory {
         (ptr < start + block.size.max(1)).then_some((start, *block))
     }
 
-    /// Whether `[ptr, ptr + len)` lies inside one live block.
+    /// Whether the device may write (`write`) or read `[ptr, ptr + len)`: the range lies inside
+    /// one live block, or runs across mappings that follow each other without a gap (what a
+    /// virtual memory reservation is for), with access granted on every part.
+    pub fn covers(&self, ptr: usize, len: usize, write: bool) -> bool {
+        let need = if write {
+            Access::ReadWrite
+        } else {
+            Access::Read
+        };
+        let end = match ptr.checked_add(len) {
+            Some(end) => end,
+            None => return false,
+        };
+        let mut at = ptr;
+        let mut first = true;
+        loop {
+            let (start, b) = match self.block_containing(at) {
+                Some(found) => found,
+                None => return false,
+            };
+            if b.access < need || (!first && (start != at || b.kind != Kind::Mapped)) {
+                return false;
+            }
+            if end <= start + b.size {
+                return true;
+            }
+            if b.kind != Kind::Mapped {
+                return false;
+            }
+            at = start + b.size;
+            first = false;
+        }
+    }
+
+    /// `covers` for writing, what a memset or a fill needs.
     pub fn contains(&self, ptr: usize, len: usize) -> bool {
-        self.block_containing(ptr)
-            .map_or(false, |(start, b)| ptr + len <= start + b.size)
+        self.covers(ptr, len, true)
     }
 
     /// Marks the block at `ptr` as having a stream-ordered free queued; its device.
     pub fn mark_freeing(&mut self, ptr: usize) -> Result<i32, HipError> {
         match self.blocks.get_mut(&ptr) {
-            Some(b) if !b.freeing => {
+            Some(b) if !b.freeing && b.kind != Kind::Mapped => {
                 b.freeing = true;
                 Ok(b.device)
             }
@@ -127,23 +239,24 @@ impl Memory {
         }
     }
 
-    /// Unmaps the block at `ptr` and returns its bytes to its device.
+    /// Unmaps the allocation at `ptr` and returns its bytes to its device.
     pub fn release(&mut self, counters: &mut Counters, ptr: usize) -> HipResult {
+        match self.blocks.get(&ptr) {
+            Some(b) if b.kind != Kind::Mapped => {}
+            _ => return Err(INVALID_VALUE),
+        }
         let block = self.blocks.remove(&ptr).ok_or(INVALID_VALUE)?;
         // SAFETY: the table held the only record of this mapping, made by `sys::map(size)`.
         unsafe { sys::unmap(ptr as *mut u8, block.size) };
-        self.used[block.device as usize] -= block.size as u64;
-        counters.frees += 1;
-        counters.live_allocs -= 1;
-        counters.live_bytes -= block.size as u64;
+        self.uncharge(counters, block.size, block.device);
         Ok(())
     }
 
-    /// Addresses of every block of `device`.
+    /// Addresses of every allocation of `device` (mappings not included).
     pub fn blocks_of(&self, device: i32) -> Vec<usize> {
         self.blocks
             .iter()
-            .filter(|(_, b)| b.device == device)
+            .filter(|(_, b)| b.device == device && b.kind != Kind::Mapped)
             .map(|(&p, _)| p)
             .collect()
     }
@@ -193,6 +306,40 @@ mod tests {
             (0, 2, 2, 1)
         );
         assert_eq!(n.peak_bytes, 8 << 20);
+    }
+
+    #[test]
+    fn neighbouring_mappings_cover_a_range_once_accessible() {
+        let c = cfg(1 << 30);
+        let mut n = Counters::default();
+        let mut m = Memory::new(&c);
+        // Addresses only: the table is never asked to touch mapped memory here.
+        let (a, b, far) = (0x4000_0000, 0x4020_0000, 0x5000_0000);
+        m.add_mapping(a, 2 << 20, 0);
+        m.add_mapping(b, 2 << 20, 0);
+        m.add_mapping(far, 2 << 20, 0);
+        let across = (a + (1 << 20), 2 << 20);
+        assert!(!m.covers(across.0, across.1, false));
+        m.set_access(a, Access::ReadWrite);
+        assert!(!m.covers(across.0, across.1, false));
+        m.set_access(b, Access::Read);
+        assert!(m.covers(across.0, across.1, false));
+        assert!(!m.covers(across.0, across.1, true));
+        m.set_access(b, Access::ReadWrite);
+        assert!(m.contains(across.0, across.1));
+        assert!(!m.contains(a, (4 << 20) + 1));
+        m.set_access(far, Access::ReadWrite);
+        assert!(!m.contains(b, far - b + 1));
+        // Mappings are not allocations: hipFree, hipFreeAsync and hipDeviceReset leave them.
+        assert!(m.block_at(a).is_none());
+        assert_eq!(m.mark_freeing(a), Err(INVALID_VALUE));
+        assert_eq!(m.release(&mut n, a), Err(INVALID_VALUE));
+        assert!(m.blocks_of(0).is_empty());
+        assert_eq!(m.block_containing(b + 5).map(|(p, _)| p), Some(b));
+        assert!(m.remove_mapping(a));
+        assert!(!m.remove_mapping(a));
+        assert!(!m.contains(across.0, across.1));
+        assert_eq!(m.used(0), 0);
     }
 
     #[test]

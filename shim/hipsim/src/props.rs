@@ -42,6 +42,7 @@ const ATTR_COMPUTE_CAPABILITY_MINOR: i32 = 61;
 const ATTR_MULTIPROCESSOR_COUNT: i32 = 63;
 const ATTR_TOTAL_GLOBAL_MEM: i32 = 84;
 const ATTR_WARP_SIZE: i32 = 87;
+const ATTR_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: i32 = 89;
 
 /// `hipDeviceGetAttribute`. The total memory is clamped to `INT_MAX` as ROCm does.
 pub fn attribute(cfg: &Config, attr: i32) -> i32 {
@@ -54,6 +55,7 @@ pub fn attribute(cfg: &Config, attr: i32) -> i32 {
         ATTR_COMPUTE_CAPABILITY_MAJOR => id.major,
         ATTR_COMPUTE_CAPABILITY_MINOR => id.minor,
         ATTR_MULTIPROCESSOR_COUNT => id.multiprocessors,
+        ATTR_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED => crate::vmm::supported(cfg) as i32,
         _ => 0,
     }
 }

@@ -7,19 +7,24 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::config::{self, Config};
+use crate::error::{HipResult, INVALID_DEVICE, NO_DEVICE};
 use crate::memory::Memory;
 use crate::streams::{Streams, MODE_GLOBAL};
+use crate::vmm::Vmm;
 
 /// What happened so far, for tests (`hipsimCounters`; the C layout is in `tests/c/hipsim.h`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// Successful allocations (every allocating call that returned a pointer).
+    /// Successful allocations (every allocating call that returned a pointer, and every
+    /// `hipMemCreate` that returned a handle).
     pub allocs: u64,
-    /// Blocks released (`hipFree`, `hipFreeAsync` when it takes effect, `hipDeviceReset`).
+    /// Blocks released (`hipFree`, `hipFreeAsync` when it takes effect, `hipDeviceReset`), and
+    /// `hipMemCreate` memory freed (by `hipMemRelease`, or the last unmap after it).
     pub frees: u64,
     /// Device synchronizations: `hipDeviceSynchronize` and the implicit one of each `hipFree`.
     pub syncs: u64,
+    /// Bytes charged to the devices, `hipMemCreate` handles included, and their high mark.
     pub live_bytes: u64,
     pub peak_bytes: u64,
     pub mempool_trims: u64,
@@ -40,6 +45,18 @@ pub struct Sim {
     pub mem: Memory,
     pub streams: Streams,
     pub counters: Counters,
+    pub vmm: Vmm,
+}
+
+impl Sim {
+    /// Fails unless `device` exists.
+    pub fn check_device(&self, device: i32) -> HipResult {
+        match self.cfg.devices {
+            0 => Err(NO_DEVICE),
+            n if (0..n).contains(&device) => Ok(()),
+            _ => Err(INVALID_DEVICE),
+        }
+    }
 }
 
 static SIM: Mutex<Option<Sim>> = Mutex::new(None);
@@ -55,6 +72,7 @@ pub fn with<R>(f: impl FnOnce(&mut Sim) -> R) -> R {
             mem: Memory::new(cfg),
             streams: Streams::default(),
             counters: Counters::default(),
+            vmm: Vmm::default(),
         }
     });
     f(sim)

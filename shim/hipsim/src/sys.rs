@@ -2,12 +2,21 @@
 //! pointers and finding this library's own exports. Unix uses `mmap` and `dladdr` + `dlsym`;
 //! Windows (the `amdhip64_6.dll` build) uses `VirtualAlloc` and `GetModuleHandleExW` +
 //! `GetProcAddress`. Both offer `map`, `unmap`, `own_symbol` and the page size behind
-//! `mapped_len`.
+//! `mapped_len`. The virtual memory calls (`vmm`) are Linux only: `linux_vmm` reserves address
+//! ranges and maps `memfd` "physical memory" into them; elsewhere `no_vmm` stands in, and
+//! `VMM` is false so that `vmm` answers `hipErrorNotSupported` before reaching it.
 
+#[cfg(target_os = "linux")]
+pub use linux_vmm::{free_reservation, map_physical, protect, reserve, unmap_physical, Physical};
+#[cfg(not(target_os = "linux"))]
+pub use no_vmm::{free_reservation, map_physical, protect, reserve, unmap_physical, Physical};
 #[cfg(unix)]
 pub use unix::{map, own_symbol, unmap};
 #[cfg(windows)]
 pub use windows::{map, own_symbol, unmap};
+
+/// Whether this platform has the virtual memory primitives below.
+pub const VMM: bool = cfg!(target_os = "linux");
 
 /// Allocations of at least this size get addresses aligned to it, like the real runtime's
 /// large-page allocations.
@@ -25,6 +34,7 @@ pub fn mapped_len(size: usize) -> Option<usize> {
 #[cfg(unix)]
 mod unix {
     use std::ffi::{c_void, CStr};
+    use std::os::raw::c_int;
     use std::ptr;
     use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -46,13 +56,19 @@ mod unix {
     pub fn map(size: usize) -> Option<*mut u8> {
         let len = mapped_len(size)?;
         let align = if size >= LARGE { LARGE } else { 1 };
+        anonymous(len, align, libc::PROT_READ | libc::PROT_WRITE)
+    }
+
+    /// An anonymous private mapping of `len` bytes (a multiple of the page size) with protection
+    /// `prot`, at an address aligned to `align` (a power of two): over-map, then trim both ends.
+    pub fn anonymous(len: usize, align: usize, prot: c_int) -> Option<*mut u8> {
         let reserve = len.checked_add(align - 1)?;
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing.
         let base = unsafe {
             libc::mmap(
                 ptr::null_mut(),
                 reserve,
-                libc::PROT_READ | libc::PROT_WRITE,
+                prot,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
@@ -128,6 +144,166 @@ mod unix {
             return HANDLE.load(Ordering::Acquire);
         }
         handle
+    }
+}
+
+/// Address ranges and "physical memory" for `hipMemAddressReserve`, `hipMemCreate`,
+/// `hipMemMap`, `hipMemSetAccess` and `hipMemUnmap`: a reservation is an inaccessible anonymous
+/// mapping; a handle's memory is a `memfd` of its size; mapping it puts the file over part of a
+/// reservation (`MAP_FIXED | MAP_SHARED`), so every mapping of one handle shows the same bytes,
+/// and unmapping puts an inaccessible anonymous mapping back.
+#[cfg(target_os = "linux")]
+mod linux_vmm {
+    use std::ffi::c_void;
+    use std::os::raw::{c_char, c_int};
+
+    use super::unix::anonymous;
+    use crate::memory::Access;
+
+    const RESERVED: c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+
+    /// The memory behind one `hipMemCreate` handle; closed when dropped (the pages go when the
+    /// last mapping of them does).
+    #[derive(Debug)]
+    pub struct Physical {
+        fd: c_int,
+    }
+
+    impl Physical {
+        /// A `memfd` of `size` bytes (sparse: pages cost memory only once touched).
+        pub fn create(size: usize) -> Option<Physical> {
+            let len = libc::off_t::try_from(size).ok()?;
+            let name = b"hipsim-vram\0";
+            // SAFETY: a NUL-terminated name; the descriptor is owned by the value made here.
+            let fd =
+                unsafe { libc::memfd_create(name.as_ptr() as *const c_char, libc::MFD_CLOEXEC) };
+            if fd < 0 {
+                return None;
+            }
+            let physical = Physical { fd };
+            // SAFETY: a descriptor this value owns.
+            match unsafe { libc::ftruncate(fd, len) } {
+                0 => Some(physical),
+                _ => None,
+            }
+        }
+    }
+
+    impl Drop for Physical {
+        fn drop(&mut self) {
+            // SAFETY: the descriptor is owned by this value and closed once.
+            unsafe { libc::close(self.fd) };
+        }
+    }
+
+    /// Reserves `size` bytes of address space (a multiple of the page size), inaccessible and
+    /// backed by nothing, at an address aligned to `align` (a power of two). `hint` (0 for
+    /// none) is tried first when it is aligned, as the real runtime treats it: a wish.
+    pub fn reserve(size: usize, align: usize, hint: usize) -> Option<*mut u8> {
+        if hint != 0 && hint % align == 0 {
+            // SAFETY: without MAP_FIXED the kernel uses the hint only if the range is free.
+            let got =
+                unsafe { libc::mmap(hint as *mut c_void, size, libc::PROT_NONE, RESERVED, -1, 0) };
+            if got as usize == hint {
+                return Some(got as *mut u8);
+            }
+            if got != libc::MAP_FAILED {
+                // SAFETY: the mapping just made, elsewhere than wished.
+                unsafe { libc::munmap(got, size) };
+            }
+        }
+        anonymous(size, align, libc::PROT_NONE)
+    }
+
+    /// Gives back a reservation.
+    ///
+    /// # Safety
+    /// `ptr` and `size` must be exactly a range `reserve` returned, with no mapping in use.
+    pub unsafe fn free_reservation(ptr: *mut u8, size: usize) {
+        libc::munmap(ptr as *mut c_void, size);
+    }
+
+    /// Maps the first `size` bytes of `physical` at `ptr`, inaccessible until `protect`.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + size)` must be page-aligned, inside a reservation and not mapped yet, and
+    /// `size` at most the size of `physical`.
+    pub unsafe fn map_physical(ptr: *mut u8, size: usize, physical: &Physical) -> bool {
+        let flags = libc::MAP_SHARED | libc::MAP_FIXED;
+        let got = libc::mmap(
+            ptr as *mut c_void,
+            size,
+            libc::PROT_NONE,
+            flags,
+            physical.fd,
+            0,
+        );
+        got as *mut u8 == ptr
+    }
+
+    /// Puts the reservation back over a mapping made by `map_physical`.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + size)` must be exactly such a mapping, no longer in use.
+    pub unsafe fn unmap_physical(ptr: *mut u8, size: usize) -> bool {
+        let flags = RESERVED | libc::MAP_FIXED;
+        let got = libc::mmap(ptr as *mut c_void, size, libc::PROT_NONE, flags, -1, 0);
+        got as *mut u8 == ptr
+    }
+
+    /// Sets what may be done with a mapping made by `map_physical`.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + size)` must be such a mapping; no reference into it may outlive a downgrade.
+    pub unsafe fn protect(ptr: *mut u8, size: usize, access: Access) -> bool {
+        let prot = match access {
+            Access::None => libc::PROT_NONE,
+            Access::Read => libc::PROT_READ,
+            Access::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+        };
+        libc::mprotect(ptr as *mut c_void, size, prot) == 0
+    }
+}
+
+/// Stand-ins where there are no virtual memory primitives (Windows): never reached, since
+/// `VMM` is false there and the calls answer `hipErrorNotSupported` first.
+#[cfg(not(target_os = "linux"))]
+mod no_vmm {
+    use crate::memory::Access;
+
+    #[derive(Debug)]
+    pub struct Physical;
+
+    impl Physical {
+        pub fn create(_size: usize) -> Option<Physical> {
+            None
+        }
+    }
+
+    pub fn reserve(_size: usize, _align: usize, _hint: usize) -> Option<*mut u8> {
+        None
+    }
+
+    /// # Safety
+    /// Does nothing.
+    pub unsafe fn free_reservation(_ptr: *mut u8, _size: usize) {}
+
+    /// # Safety
+    /// Does nothing.
+    pub unsafe fn map_physical(_ptr: *mut u8, _size: usize, _physical: &Physical) -> bool {
+        false
+    }
+
+    /// # Safety
+    /// Does nothing.
+    pub unsafe fn unmap_physical(_ptr: *mut u8, _size: usize) -> bool {
+        false
+    }
+
+    /// # Safety
+    /// Does nothing.
+    pub unsafe fn protect(_ptr: *mut u8, _size: usize, _access: Access) -> bool {
+        false
     }
 }
 
