@@ -1,6 +1,8 @@
 //! Replays the tensor-level rows of the real PyTorch traces in `../shared/traces/` through the
 //! pool over a device that only counts, and prints peak reserved against peak live and the
-//! device calls per 100 requests, next to what PyTorch's caching allocator did on the same runs.
+//! device calls per 100 requests, next to what PyTorch's caching allocator did on the same runs:
+//! with the default settings (virtual memory, which the counting device offers) and with plain
+//! segments (`vmm=0`, what a device without virtual memory gets).
 //! Reads the traces with the replay's own reader, so both see the same rows.
 
 use rocmguard_cli::replay::load;
@@ -10,8 +12,9 @@ fn main() {
     let dir = std::env::var("ROCMGUARD_TRACES").unwrap_or_else(|_| "../../shared/traces".into());
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     println!(
-        "{:<18} {:>14} {:>14} {:>8} {:>14} {:>14} {:>10}",
+        "{:<18} {:<6} {:>14} {:>14} {:>8} {:>14} {:>14} {:>10}",
         "trace",
+        "vmm",
         "peak live",
         "peak reserved",
         "ratio",
@@ -19,7 +22,13 @@ fn main() {
         "torch calls/100",
         "syncs/100"
     );
-    let pool = Policy::parse("rocmguard").expect("the default policy parses");
+    let policies = [
+        (
+            "1",
+            Policy::parse("rocmguard").expect("the default policy parses"),
+        ),
+        ("0", Policy::parse("rocmguard:vmm=0").expect("vmm=0 parses")),
+    ];
     for (name, torch_calls) in [
         ("gpt2_train", 1.7),
         ("resnet_train", 1.3),
@@ -28,18 +37,21 @@ fn main() {
         let path = dir.join(format!("{}.csv.gz", name));
         let traces = load::load_path(&path).unwrap_or_else(|e| panic!("{}", e));
         let trace = &traces[0];
-        let s = policy::replay(trace, &pool, 80 << 30, false, None);
-        assert_eq!(s.ooms, 0, "{} fits in 80 GiB", name);
-        let requests = trace.allocs as f64;
-        println!(
-            "{:<18} {:>14} {:>14} {:>8.3} {:>14.2} {:>14.1} {:>10.2}",
-            name,
-            s.peak_live,
-            s.peak_reserved,
-            s.peak_reserved as f64 / s.peak_live as f64,
-            (s.source_allocs + s.source_frees) as f64 * 100.0 / requests,
-            torch_calls,
-            s.syncs as f64 * 100.0 / requests
-        );
+        for (vmm, pool) in &policies {
+            let s = policy::replay(trace, pool, 80 << 30, false, None);
+            assert_eq!(s.ooms, 0, "{} fits in 80 GiB", name);
+            let requests = trace.allocs as f64;
+            println!(
+                "{:<18} {:<6} {:>14} {:>14} {:>8.3} {:>14.2} {:>14.1} {:>10.2}",
+                name,
+                vmm,
+                s.peak_live,
+                s.peak_reserved,
+                s.peak_reserved as f64 / s.peak_live as f64,
+                (s.source_allocs + s.source_frees) as f64 * 100.0 / requests,
+                torch_calls,
+                s.syncs as f64 * 100.0 / requests
+            );
+        }
     }
 }

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use rocmguard_core::pool::GRANULE;
-use rocmguard_core::{AllocError, Config, CountingSource, Pool, PoolOptions};
+use rocmguard_core::pool::{GRANULE, MAPPING_CHUNK};
+use rocmguard_core::{AllocError, Config, CountingSource, DeviceSource, Pool, PoolOptions};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -38,8 +38,15 @@ fn op() -> impl Strategy<Value = Op> {
 const DEVICE: u64 = 1 << 30;
 
 fn options(max_split: Option<u64>) -> PoolOptions {
+    options_with(max_split, true)
+}
+
+/// With `vmm`, segments are virtual (the counting device offers virtual memory); without, they
+/// come from its plain allocator.
+fn options_with(max_split: Option<u64>, vmm: bool) -> PoolOptions {
     let config = Config {
         max_split,
+        vmm,
         ..Config::default()
     };
     let mut o = PoolOptions::from_config(&config, DEVICE);
@@ -54,6 +61,11 @@ fn check(pool: &Pool<CountingSource>, live: &BTreeMap<u64, u64>) {
     for (&addr, &size) in live {
         assert_eq!(addr % GRANULE, 0, "{:#x} is not 256-byte aligned", addr);
         assert!(addr >= end, "block at {:#x} overlaps the one before", addr);
+        assert!(
+            pool.source().is_backed(addr, size),
+            "block at {:#x} has no device memory behind it",
+            addr
+        );
         end = addr + size;
     }
     assert_eq!(
@@ -76,8 +88,8 @@ fn check(pool: &Pool<CountingSource>, live: &BTreeMap<u64, u64>) {
     assert_eq!(s.reserved % (2 << 20), 0, "segments are 2 MiB multiples");
 }
 
-fn run(ops: Vec<Op>, max_split: Option<u64>) {
-    let pool = Pool::new(CountingSource::new(DEVICE), options(max_split));
+fn run(ops: Vec<Op>, max_split: Option<u64>, vmm: bool) {
+    let pool = Pool::new(CountingSource::new(DEVICE), options_with(max_split, vmm));
     let mut live: BTreeMap<u64, u64> = BTreeMap::new();
     let mut order: Vec<u64> = Vec::new();
     for op in ops {
@@ -96,7 +108,8 @@ fn run(ops: Vec<Op>, max_split: Option<u64>) {
                             s.source_allocs, before.source_allocs,
                             "a refusal by cap never calls the device"
                         );
-                        let segment = n.div_ceil(2 << 20) * (2 << 20);
+                        // A block in a virtual segment may straddle one page more than its size.
+                        let segment = n.div_ceil(2 << 20) * (2 << 20) + (2 << 20);
                         assert!(
                             n + s.live > s.cap || s.reserved + segment > s.cap,
                             "refused {} with live {} and reserved {} under cap {}",
@@ -144,12 +157,22 @@ proptest! {
 
     #[test]
     fn random_operations_keep_every_invariant(ops in proptest::collection::vec(op(), 1..300)) {
-        run(ops, None);
+        run(ops, None, true);
     }
 
     #[test]
     fn with_max_split(ops in proptest::collection::vec(op(), 1..300)) {
-        run(ops, Some(8 << 20));
+        run(ops, Some(8 << 20), true);
+    }
+
+    #[test]
+    fn with_plain_segments(ops in proptest::collection::vec(op(), 1..300)) {
+        run(ops, None, false);
+    }
+
+    #[test]
+    fn with_plain_segments_and_max_split(ops in proptest::collection::vec(op(), 1..300)) {
+        run(ops, Some(8 << 20), false);
     }
 }
 
@@ -186,9 +209,9 @@ fn cap_refuses_without_calling_the_device() {
 
 #[test]
 fn retry_after_device_oom_trims_the_cache() {
-    // A device of 64 MiB: 40 MiB cached in one segment, then a 48 MiB request only fits once
-    // the cache goes back.
-    let mut o = options(None);
+    // A device of 64 MiB: 40 MiB cached in one plain segment, then a 48 MiB request only fits
+    // once the cache goes back.
+    let mut o = options_with(None, false);
     o.cap = 1 << 30;
     let pool = Pool::new(CountingSource::new(64 << 20), o);
     let a = pool.alloc(40 << 20).unwrap();
@@ -224,15 +247,49 @@ fn threshold_trims_oldest_free_segments() {
 }
 
 #[test]
-fn warmup_reserves_before_first_use() {
+fn device_oom_in_virtual_memory_gives_back_idle_mappings_and_passes_the_error() {
     let mut o = options(None);
-    o.warmup = 1 << 30;
-    let pool = Pool::new(CountingSource::new(4 << 30), o);
-    let a = pool.alloc(100 << 20).unwrap();
-    let s = pool.stats();
-    assert_eq!(s.reserved, 1 << 30, "1 GiB reserved in 256 MiB segments");
-    assert_eq!(s.source_allocs, 4, "no growth needed for the first request");
+    o.cap = 1 << 30;
+    let pool = Pool::new(CountingSource::new(80 << 20), o);
+    let a = pool.alloc(60 << 20).unwrap();
+    let b = pool.alloc(1024).unwrap();
     pool.free(a);
+    pool.synchronized(pool.quarantine_mark());
+    // Another program takes 16 MiB of the device: 70 MiB more no longer fits anywhere.
+    let theirs = pool.source().alloc(16 << 20).unwrap();
+    match pool.alloc(70 << 20) {
+        Err(AllocError::Source(e)) => assert!(e.out_of_memory, "the device's own code"),
+        other => panic!("expected the device's out-of-memory, got {:?}", other),
+    }
+    let s = pool.stats();
+    assert_eq!(
+        s.reserved,
+        2 << 20,
+        "only the page under the live block stays"
+    );
+    assert_eq!(pool.source().used(), (2 + 16) << 20);
+    pool.source().free(theirs, 16 << 20).unwrap();
+    let c = pool.alloc(70 << 20).expect("fits once the device has room");
+    assert!(pool.source().is_backed(c, 70 << 20));
+    pool.free(b);
+    pool.free(c);
+}
+
+#[test]
+fn warmup_reserves_before_first_use() {
+    for vmm in [false, true] {
+        let mut o = options_with(None, vmm);
+        o.warmup = 1 << 30;
+        let pool = Pool::new(CountingSource::new(4 << 30), o);
+        let a = pool.alloc(100 << 20).unwrap();
+        let s = pool.stats();
+        assert_eq!(s.reserved, 1 << 30, "1 GiB reserved at first use");
+        // 256 MiB plain segments, or 128 MiB mappings of one virtual segment.
+        let calls = if vmm { (1 << 30) / MAPPING_CHUNK } else { 4 };
+        assert_eq!(s.source_allocs, calls, "no growth for the first request");
+        assert_eq!(s.pool_hits, 1);
+        pool.free(a);
+    }
 }
 
 #[test]

@@ -27,6 +27,8 @@ pub struct Config {
     pub retries: u32,
     /// Bytes reserved in 256 MiB segments at first use.
     pub warmup: u64,
+    /// Build segments from the device's virtual memory where it has it.
+    pub vmm: bool,
     /// Log level: error, warn, info, debug or trace.
     pub log: String,
     /// Write the log here as well as to stderr.
@@ -133,6 +135,12 @@ pub const KEYS: &[Key] = &[
         set: |c, v| parse_size(v).map(|b| c.warmup = b),
     },
     Key {
+        name: "vmm",
+        default: "1",
+        help: "Use the device's virtual memory where it offers it: segments are reserved address ranges backed only under live blocks, so free memory between them goes back to the device (1 or 0; 0 = segments from the plain allocator, which cudaIpcGetMemHandle/hipIpcGetMemHandle need).",
+        set: |c, v| parse_bool(v).map(|b| c.vmm = b),
+    },
+    Key {
         name: "log",
         default: "warn",
         help: "Log level on stderr: error, warn, info, debug or trace.",
@@ -225,6 +233,7 @@ impl Default for Config {
             max_split: None,
             retries: 0,
             warmup: 0,
+            vmm: true,
             log: String::new(),
             log_file: None,
             stats: false,

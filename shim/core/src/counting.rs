@@ -1,7 +1,10 @@
 //! A simulated device that only counts: fresh 2 MiB-aligned addresses, a capacity, no memory
-//! behind them. What replays, benchmarks and tests put under the pool.
+//! behind them, and virtual memory (reservations that cost nothing, mappings that count). What
+//! replays, benchmarks and tests put under the pool.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::source::{DeviceSource, SourceError};
 
@@ -15,6 +18,10 @@ pub struct CountingSource {
     pub allocs: AtomicU64,
     pub frees: AtomicU64,
     pub syncs: AtomicU64,
+    /// Address space reserved and not given back.
+    pub reserved: AtomicU64,
+    /// Ranges with memory behind them (allocations and mappings): start -> size.
+    backed: Mutex<BTreeMap<u64, u64>>,
 }
 
 impl CountingSource {
@@ -26,7 +33,32 @@ impl CountingSource {
             allocs: AtomicU64::new(0),
             frees: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
+            reserved: AtomicU64::new(0),
+            backed: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Whether `[addr, addr + size)` lies in memory this device handed out (an allocation or a
+    /// mapping, adjacent ones together): what a block given to a program must be.
+    pub fn is_backed(&self, addr: u64, size: u64) -> bool {
+        let backed = self.backed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut at = addr;
+        let end = addr + size.max(1);
+        while at < end {
+            match backed.range(..=at).next_back() {
+                Some((&start, &n)) if at < start + n => at = start + n,
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    fn note(&self, addr: u64, size: Option<u64>) {
+        let mut backed = self.backed.lock().unwrap_or_else(|e| e.into_inner());
+        match size {
+            Some(n) => backed.insert(addr, n),
+            None => backed.remove(&addr),
+        };
     }
 
     /// Bytes currently handed out to the pool.
@@ -35,8 +67,9 @@ impl CountingSource {
     }
 }
 
-impl DeviceSource for CountingSource {
-    fn alloc(&self, size: u64) -> Result<u64, SourceError> {
+impl CountingSource {
+    /// Charges `size` bytes of memory, within the capacity.
+    fn charge(&self, size: u64) -> Result<(), SourceError> {
         let used = self.used.fetch_add(size, Ordering::Relaxed);
         if used + size > self.capacity {
             self.used.fetch_sub(size, Ordering::Relaxed);
@@ -46,13 +79,57 @@ impl DeviceSource for CountingSource {
             });
         }
         self.allocs.fetch_add(1, Ordering::Relaxed);
-        let aligned = (size + (2 << 20) - 1) & !((2 << 20) - 1);
-        Ok(self.next.fetch_add(aligned, Ordering::Relaxed))
+        Ok(())
     }
 
-    fn free(&self, _addr: u64, size: u64) -> Result<(), SourceError> {
+    fn uncharge(&self, size: u64) {
         self.used.fetch_sub(size, Ordering::Relaxed);
         self.frees.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn addresses(&self, size: u64) -> u64 {
+        let aligned = (size + (2 << 20) - 1) & !((2 << 20) - 1);
+        self.next.fetch_add(aligned, Ordering::Relaxed)
+    }
+}
+
+impl DeviceSource for CountingSource {
+    fn alloc(&self, size: u64) -> Result<u64, SourceError> {
+        self.charge(size)?;
+        let addr = self.addresses(size);
+        self.note(addr, Some(size));
+        Ok(addr)
+    }
+
+    fn free(&self, addr: u64, size: u64) -> Result<(), SourceError> {
+        self.uncharge(size);
+        self.note(addr, None);
+        Ok(())
+    }
+
+    fn has_virtual_memory(&self) -> bool {
+        true
+    }
+
+    fn reserve(&self, size: u64) -> Result<u64, SourceError> {
+        self.reserved.fetch_add(size, Ordering::Relaxed);
+        Ok(self.addresses(size))
+    }
+
+    fn unreserve(&self, _addr: u64, size: u64) -> Result<(), SourceError> {
+        self.reserved.fetch_sub(size, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn map(&self, addr: u64, size: u64) -> Result<u64, SourceError> {
+        self.charge(size)?;
+        self.note(addr, Some(size));
+        Ok(addr)
+    }
+
+    fn unmap(&self, addr: u64, size: u64, _token: u64) -> Result<(), SourceError> {
+        self.uncharge(size);
+        self.note(addr, None);
         Ok(())
     }
 

@@ -3,6 +3,7 @@
 //! decision can be tested without a GPU.
 #![forbid(unsafe_code)]
 
+mod arena;
 pub mod config;
 pub mod counting;
 mod hash;

@@ -5,6 +5,10 @@
 //! memory is never touched. One mutex guards a pool; a request the pool can serve takes it once
 //! and makes no system call.
 //!
+//! Where the device offers virtual memory, a segment is a reserved address range instead, backed
+//! by device memory only under its blocks (see [`crate::arena`]), so free memory between live
+//! blocks can go back to the device; elsewhere segments come from the device's plain allocator.
+//!
 //! Reuse is safe the way `hipFree` is: a freed block waits in quarantine until a device
 //! synchronize that began after its free has completed, so work queued before the free can no
 //! longer touch it. The pool synchronizes only when a request cannot be served otherwise, once
@@ -15,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::arena::{Mapping, Mappings, Pages};
 use crate::config::Config;
 use crate::hash::AddrMap;
 use crate::index::FreeIndex;
@@ -27,9 +32,13 @@ pub const GRANULE: u64 = 256;
 pub const SEGMENT: u64 = 2 << 20;
 /// Requests up to this size share 2 MiB segments of their own (the small pool).
 pub const SMALL_REQUEST: u64 = 1 << 20;
-/// Requests up to this size get a segment of [`MEDIUM_SEGMENT`] so the next few land in it too.
+/// Requests up to this size get a segment of up to [`MEDIUM_SEGMENT`] that holds a whole number of
+/// them, so the next few of the same size land in it too.
 pub const MEDIUM_REQUEST: u64 = 10 << 20;
 pub const MEDIUM_SEGMENT: u64 = 20 << 20;
+/// Virtual segments map device memory in runs of at most this size, so that a block left in a
+/// run pins at most this much (smaller runs cost more device calls).
+pub const MAPPING_CHUNK: u64 = 128 << 20;
 /// Warm-up reserves in segments of this size.
 pub const WARMUP_SEGMENT: u64 = 256 << 20;
 /// A block of `max_split` or more serves a request only if it wastes at most this much.
@@ -42,6 +51,21 @@ fn round_up(n: u64, to: u64) -> u64 {
         .map_or(u64::MAX / to * to, |m| m / to * to)
 }
 
+/// A segment of at most [`MEDIUM_SEGMENT`] for a medium request that wastes the least of itself
+/// on rounding when filled with requests of the same size (9 MiB ones get 18 MiB, not 20).
+fn medium_segment(rounded: u64) -> u64 {
+    let mut best = (u64::MAX, round_up(rounded, SEGMENT));
+    for k in 1..=(MEDIUM_SEGMENT / rounded).max(1) {
+        let size = round_up(k * rounded, SEGMENT);
+        // Waste per byte, compared exactly: (size - k * rounded) / size.
+        let waste = (size - k * rounded) * (MEDIUM_SEGMENT / SEGMENT) / (size / SEGMENT);
+        if waste <= best.0 {
+            best = (waste, size);
+        }
+    }
+    best.1
+}
+
 /// The pool's knobs, resolved for one device.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolOptions {
@@ -51,6 +75,8 @@ pub struct PoolOptions {
     pub max_split: Option<u64>,
     pub retries: u32,
     pub warmup: u64,
+    /// Use the device's virtual memory where it has it.
+    pub virtual_memory: bool,
     /// Backoff before retry n is n times this, so frees from other threads can land.
     pub backoff: Duration,
 }
@@ -65,6 +91,7 @@ impl PoolOptions {
             max_split: config.max_split,
             retries: config.retries,
             warmup: config.warmup,
+            virtual_memory: config.vmm,
             backoff: Duration::from_millis(1),
         }
     }
@@ -109,6 +136,8 @@ struct Segment {
     /// Order of creation: trims release the oldest first.
     birth: u64,
     first: u32,
+    /// A virtual segment's pages; `None` for memory from the plain allocator.
+    pages: Option<Pages>,
 }
 
 struct State {
@@ -123,6 +152,11 @@ struct State {
     quarantine: VecDeque<(u64, u32)>,
     next_free_seq: u64,
     births: u64,
+    /// Runs of device memory behind virtual segments.
+    mappings: Mappings,
+    /// Whether new segments are virtual: decided at first use, off for good if the device
+    /// refuses.
+    virtual_memory: bool,
     warmed: bool,
     stats: Stats,
 }
@@ -164,6 +198,8 @@ impl<S: DeviceSource> Pool<S> {
                 quarantine: VecDeque::new(),
                 next_free_seq: 0,
                 births: 0,
+                mappings: Mappings::default(),
+                virtual_memory: false,
                 warmed: false,
                 stats,
             }),
@@ -227,8 +263,10 @@ impl<S: DeviceSource> Pool<S> {
         let mut st = self.lock();
         if !st.warmed {
             st.warmed = true;
+            st.virtual_memory = self.options.virtual_memory && self.source.has_virtual_memory();
             self.warm_up(&mut st);
         }
+        let oversize = self.options.max_split.unwrap_or(u64::MAX);
         loop {
             if st.live_total() + rounded > st.stats.cap || rounded == u64::MAX / GRANULE * GRANULE {
                 st.stats.ooms += 1;
@@ -238,31 +276,51 @@ impl<S: DeviceSource> Pool<S> {
             // synchronize could avoid splits blocks that later requests need whole.
             let quarantine_helps =
                 !synced && st.stats.quarantined >= rounded && self.source.may_synchronize();
-            if let Some(addr) = st.serve(rounded, size, self.options.max_split, quarantine_helps) {
-                st.stats.pool_hits += 1;
-                self.mirror(&st);
-                return Ok(addr);
-            }
-            if quarantine_helps {
-                synced = true;
-                st = self.synchronize_and_release(st);
-                continue;
-            }
-            let error = match self.grow(&mut st, rounded) {
-                Ok(block) => {
-                    let oversize = self.options.max_split.unwrap_or(u64::MAX);
-                    let addr = st.take(block, rounded, size, oversize);
-                    self.mirror(&st);
-                    return Ok(addr);
+            let kind = st.kind_for(rounded);
+            // Memory already mapped first: mapping more while mapped memory sits idle churns.
+            let virt = st.virtual_memory;
+            let found = st
+                .find(kind, rounded, oversize, quarantine_helps, virt)
+                .or_else(|| {
+                    virt.then(|| st.find(kind, rounded, oversize, quarantine_helps, false))
+                        .flatten()
+                });
+            // Mapping memory costs device calls and memory: blocks in quarantine may do instead.
+            if let Some(block) = found {
+                if !synced && !st.is_backed(block, rounded) && st.stats.quarantined > 0 {
+                    synced = true;
+                    st = self.synchronize_and_release(st);
+                    continue;
                 }
-                Err(e) => e,
+            }
+            let error = match found {
+                Some(block) => match self.back(&mut st, block, rounded) {
+                    Ok(called) => {
+                        st.stats.pool_hits += u64::from(!called);
+                        return Ok(self.take(&mut st, block, rounded, size));
+                    }
+                    Err(e) => e,
+                },
+                None if quarantine_helps => {
+                    synced = true;
+                    st = self.synchronize_and_release(st);
+                    continue;
+                }
+                None => match self.grow(&mut st, rounded) {
+                    Ok(block) => match self.back(&mut st, block, rounded) {
+                        Ok(_) => return Ok(self.take(&mut st, block, rounded, size)),
+                        Err(e) => e,
+                    },
+                    Err(e) => e,
+                },
             };
-            if rounded <= SMALL_REQUEST {
+            if kind == 0 {
                 // The small pool could not grow; free room in a large segment serves.
-                if let Some(addr) = st.serve_in(1, rounded, size, self.options.max_split, false) {
-                    st.stats.pool_hits += 1;
-                    self.mirror(&st);
-                    return Ok(addr);
+                if let Some(block) = st.find(1, rounded, oversize, false, false) {
+                    if let Ok(called) = self.back(&mut st, block, rounded) {
+                        st.stats.pool_hits += u64::from(!called);
+                        return Ok(self.take(&mut st, block, rounded, size));
+                    }
                 }
             }
             if attempt >= self.options.retries || !is_retryable(error) {
@@ -272,7 +330,7 @@ impl<S: DeviceSource> Pool<S> {
             attempt += 1;
             st.stats.retries += 1;
             st = self.synchronize_and_release(st);
-            self.trim_locked(&mut st, 0);
+            self.trim_locked(&mut st, 0, None);
             drop(st);
             std::thread::sleep(self.options.backoff * attempt);
             st = self.lock();
@@ -321,7 +379,11 @@ impl<S: DeviceSource> Pool<S> {
     pub fn trim_to(&self, min_bytes_to_hold: u64) -> u64 {
         let st = self.lock();
         let mut st = self.synchronize_and_release(st);
-        self.trim_locked(&mut st, min_bytes_to_hold)
+        let released = self.trim_locked(&mut st, min_bytes_to_hold, None);
+        if min_bytes_to_hold == 0 {
+            self.release_address_space(&mut st);
+        }
+        released
     }
 
     /// The cap in bytes: what the program may hold from the pool and outside it together.
@@ -336,7 +398,7 @@ impl<S: DeviceSource> Pool<S> {
         st.stats.cap = cap;
         self.mirror(&st);
         let keep = cap.saturating_sub(st.stats.external);
-        self.trim_locked(&mut st, keep);
+        self.trim_locked(&mut st, keep, None);
     }
 
     /// Counts `bytes` the program holds outside the pool against the cap.
@@ -349,7 +411,7 @@ impl<S: DeviceSource> Pool<S> {
         let over = (st.stats.reserved + st.stats.external + bytes).saturating_sub(st.stats.cap);
         if over > 0 {
             let keep = st.stats.reserved.saturating_sub(over);
-            self.trim_locked(&mut st, keep);
+            self.trim_locked(&mut st, keep, None);
         }
         st.stats.external += bytes;
         self.mirror(&st);
@@ -380,9 +442,11 @@ impl<S: DeviceSource> Pool<S> {
     pub fn stats(&self) -> Stats {
         let st = self.lock();
         let mut s = st.stats;
+        // Free blocks of virtual segments are address space: what the cap allows bounds them.
         s.largest_free = st.index[0]
             .largest(&st.blocks)
-            .max(st.index[1].largest(&st.blocks));
+            .max(st.index[1].largest(&st.blocks))
+            .min(s.cap.saturating_sub(st.live_total()));
         s
     }
 
@@ -407,6 +471,8 @@ impl<S: DeviceSource> Pool<S> {
             quarantine: VecDeque::new(),
             next_free_seq: st.next_free_seq,
             births: st.births,
+            mappings: Mappings::default(),
+            virtual_memory: st.virtual_memory,
             warmed: true,
             stats: Stats {
                 live: 0,
@@ -448,19 +514,114 @@ impl<S: DeviceSource> Pool<S> {
             let threshold = (self.options.trim_threshold * st.stats.cap as f64) as u64;
             if st.stats.reserved + st.stats.external > threshold {
                 let keep = threshold.saturating_sub(st.stats.external);
-                self.trim_locked(st, keep);
+                self.trim_locked(st, keep, None);
             }
         }
     }
 
+    /// Hands out free block `block` for `rounded` bytes of the `requested`.
+    fn take(&self, st: &mut State, block: u32, rounded: u64, requested: u64) -> u64 {
+        let oversize = self.options.max_split.unwrap_or(u64::MAX);
+        let addr = st.take(block, rounded, requested, oversize);
+        self.mirror(st);
+        addr
+    }
+
+    /// Makes sure device memory backs the first `rounded` bytes of free block `block` (a no-op
+    /// outside virtual segments). Returns whether it called the device.
+    fn back(&self, st: &mut State, block: u32, rounded: u64) -> Result<bool, AllocError> {
+        let (addr, seg) = {
+            let b = &st.blocks[block as usize];
+            (b.addr, b.seg)
+        };
+        let need: u64 = match st.pages(seg) {
+            Some(pages) if !pages.is_mapped(addr, rounded) => {
+                pages.unmapped(addr, rounded).iter().map(|r| r.1).sum()
+            }
+            _ => return Ok(false),
+        };
+        self.make_room(st, need, Some((addr, rounded)))?;
+        let runs = st
+            .pages(seg)
+            .map_or(Vec::new(), |p| p.unmapped(addr, rounded));
+        for (mut at, mut left) in runs {
+            while left > 0 {
+                let n = left.min(MAPPING_CHUNK);
+                let token = self.source.map(at, n).map_err(AllocError::Source)?;
+                st.add_mapping(seg, (at, n), token);
+                at += n;
+                left -= n;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Makes room for `need` more bytes from the device within the cap, the headroom and the
+    /// trim threshold: cached memory that could not serve goes back first where keeping it would
+    /// set a new peak or pass the threshold. Memory under `keep_range` stays.
+    fn make_room(
+        &self,
+        st: &mut State,
+        need: u64,
+        keep_range: Option<(u64, u64)>,
+    ) -> Result<(), AllocError> {
+        let cap = st.stats.cap;
+        let threshold = (self.options.trim_threshold * cap as f64) as u64;
+        let limit = st
+            .stats
+            .peak_reserved
+            .max(need)
+            .min(threshold.max(need))
+            .min(cap);
+        if st.stats.reserved + st.stats.external + need > limit {
+            let keep = limit.saturating_sub(st.stats.external + need);
+            self.trim_locked(st, keep, keep_range);
+        }
+        if need > cap.saturating_sub(st.stats.reserved + st.stats.external) {
+            return Err(AllocError::OverCap);
+        }
+        if self.options.headroom > 0 {
+            let (free, _) = self.source.mem_info().map_err(AllocError::Source)?;
+            if free < need + self.options.headroom {
+                return Err(AllocError::OverCap);
+            }
+        }
+        Ok(())
+    }
+
+    /// A new virtual segment big enough for the whole cap (and `rounded`), if the device can
+    /// reserve one and map memory into it; `None` turns virtual memory off for this pool.
+    fn grow_virtual(&self, st: &mut State, rounded: u64) -> Option<u32> {
+        let size = round_up(rounded.max(st.stats.cap), SEGMENT);
+        let addr = self.source.reserve(size).ok()?;
+        // Some devices reserve address space but cannot map into it: try one page first.
+        match self.source.map(addr, SEGMENT) {
+            Ok(token) => {
+                let _ = self.source.unmap(addr, SEGMENT, token);
+            }
+            Err(e) if !e.out_of_memory => {
+                let _ = self.source.unreserve(addr, size);
+                return None;
+            }
+            Err(_) => {}
+        }
+        Some(st.add_segment(addr, size, false, Some(Pages::new(addr, size))))
+    }
+
     /// Adds a segment that can serve `rounded` bytes, within cap, headroom and threshold.
     fn grow(&self, st: &mut State, rounded: u64) -> Result<u32, AllocError> {
+        if st.virtual_memory {
+            match self.grow_virtual(st, rounded) {
+                Some(block) => return Ok(block),
+                None => st.virtual_memory = false,
+            }
+        }
         let small = rounded <= SMALL_REQUEST;
         let minimal = round_up(rounded, SEGMENT);
         let preferred = if small {
             SEGMENT
         } else if rounded <= MEDIUM_REQUEST {
-            MEDIUM_SEGMENT
+            medium_segment(rounded)
         } else {
             minimal
         };
@@ -483,7 +644,7 @@ impl<S: DeviceSource> Pool<S> {
             .min(cap);
         if st.stats.reserved + st.stats.external + preferred > limit {
             let keep = limit.saturating_sub(st.stats.external + preferred);
-            self.trim_locked(st, keep);
+            self.trim_locked(st, keep, None);
         }
         let room = cap.saturating_sub(st.stats.reserved + st.stats.external);
         let mut size = if preferred <= room {
@@ -512,53 +673,116 @@ impl<S: DeviceSource> Pool<S> {
             }
             Err(e) => return Err(AllocError::Source(e)),
         };
-        Ok(st.add_segment(addr, size, small))
+        Ok(st.add_segment(addr, size, small, None))
     }
 
     fn warm_up(&self, st: &mut State) {
-        let mut left = self.options.warmup.min(st.stats.cap);
+        let warmup = round_up(self.options.warmup.min(st.stats.cap), SEGMENT);
+        if warmup == 0 {
+            return;
+        }
+        if st.virtual_memory {
+            match self.grow_virtual(st, warmup) {
+                Some(block) => {
+                    // Mapped now, handed out later: the mappings stay cached until needed.
+                    let _ = self.back(st, block, warmup);
+                    return;
+                }
+                None => st.virtual_memory = false,
+            }
+        }
+        let mut left = warmup;
         while left > 0 {
-            let size = round_up(left.min(WARMUP_SEGMENT), SEGMENT);
+            let size = left.min(WARMUP_SEGMENT);
             match self.source.alloc(size) {
                 Ok(addr) => {
-                    st.add_segment(addr, size, false);
+                    st.add_segment(addr, size, false, None);
                 }
                 Err(_) => break,
             }
-            left = left.saturating_sub(size);
+            left -= size;
         }
     }
 
-    fn trim_locked(&self, st: &mut State, keep: u64) -> u64 {
-        if st.stats.reserved <= keep {
-            return 0;
-        }
-        let mut empty: Vec<(u64, u32)> = st
-            .segments
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
-            .filter(|(_, s)| {
-                let b = &st.blocks[s.first as usize];
-                b.state == BlockState::Free && b.size == s.size
-            })
-            .map(|(i, s)| (s.birth, i as u32))
-            .collect();
-        empty.sort_unstable();
+    /// Gives device memory back, oldest first, until at most `keep` bytes stay reserved: wholly
+    /// free segments and mappings that no block touches, except mappings under `keep_range`.
+    /// Returns the bytes released.
+    fn trim_locked(&self, st: &mut State, keep: u64, keep_range: Option<(u64, u64)>) -> u64 {
         let mut released = 0;
-        for (_, seg) in empty {
-            if st.stats.reserved <= keep {
-                break;
+        if st.stats.reserved > keep {
+            let mut idle: Vec<(u64, Idle)> = st
+                .segments
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+                .filter(|(_, s)| {
+                    let b = &st.blocks[s.first as usize];
+                    s.pages.is_none() && b.state == BlockState::Free && b.size == s.size
+                })
+                .map(|(i, s)| (s.birth, Idle::Segment(i as u32)))
+                .collect();
+            let overlaps = |m: u32| {
+                let m = st.mappings.get(m);
+                keep_range.map_or(false, |(a, n)| m.addr < a + n && a < m.addr + m.size)
+            };
+            idle.extend(
+                st.mappings
+                    .idle()
+                    .into_iter()
+                    .filter(|&(_, m)| !overlaps(m))
+                    .map(|(birth, m)| (birth, Idle::Mapping(m))),
+            );
+            idle.sort_unstable();
+            for (_, what) in idle {
+                if st.stats.reserved <= keep {
+                    break;
+                }
+                // If the device refuses memory back, it is no longer ours to hand out either.
+                let size = match what {
+                    Idle::Segment(seg) => {
+                        let (addr, size) = st.remove_segment(seg);
+                        let _ = self.source.free(addr, size);
+                        size
+                    }
+                    Idle::Mapping(m) => {
+                        let m = st.remove_mapping(m);
+                        let _ = self.source.unmap(m.addr, m.size, m.token);
+                        m.size
+                    }
+                };
+                st.stats.source_frees += 1;
+                st.stats.trims += 1;
+                released += size;
             }
-            let (addr, size) = st.remove_segment(seg);
-            // If the device refuses the memory back, it is no longer ours to hand out either.
-            let _ = self.source.free(addr, size);
-            st.stats.source_frees += 1;
-            st.stats.trims += 1;
-            released += size;
         }
         released
     }
+
+    /// Gives back the address space of virtual segments with nothing mapped in them.
+    fn release_address_space(&self, st: &mut State) {
+        let empty: Vec<u32> = st
+            .segments
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.as_ref()
+                    .and_then(|s| s.pages.as_ref())
+                    .map_or(false, |p| p.is_unmapped())
+            })
+            .map(|(i, _)| i as u32)
+            .collect();
+        for seg in empty {
+            let (addr, size) = st.remove_segment(seg);
+            let _ = self.source.unreserve(addr, size);
+        }
+    }
+}
+
+/// Device memory a trim can give back.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Idle {
+    Segment(u32),
+    Mapping(u32),
 }
 
 fn is_retryable(e: AllocError) -> bool {
@@ -600,39 +824,99 @@ impl State {
         }
     }
 
-    /// Takes a free block for `rounded` bytes; with `close_fit`, only one that wastes at most an
-    /// eighth of a large request.
-    fn serve(
-        &mut self,
-        rounded: u64,
-        requested: u64,
-        max_split: Option<u64>,
-        close_fit: bool,
-    ) -> Option<u64> {
-        let kind = if rounded <= SMALL_REQUEST { 0 } else { 1 };
-        self.serve_in(kind, rounded, requested, max_split, close_fit)
+    /// Which free index serves `rounded` bytes: 0 the small pool, 1 the large one. Virtual
+    /// segments serve every size.
+    fn kind_for(&self, rounded: u64) -> usize {
+        if rounded <= SMALL_REQUEST && !self.virtual_memory {
+            0
+        } else {
+            1
+        }
     }
 
-    /// [`State::serve`] from the free blocks of one pool (0 small, 1 large).
-    fn serve_in(
-        &mut self,
+    /// A free block of pool `kind` for `rounded` bytes; with `close_fit`, only one that wastes
+    /// at most an eighth of a large request; with `backed`, only one with device memory behind
+    /// it. Blocks of `oversize` or more are not split (except in virtual segments, whose free
+    /// blocks are address space).
+    fn find(
+        &self,
         kind: usize,
         rounded: u64,
-        requested: u64,
-        max_split: Option<u64>,
+        oversize: u64,
         close_fit: bool,
-    ) -> Option<u64> {
-        let oversize = max_split.unwrap_or(u64::MAX);
-        let slack = if close_fit && kind == 1 {
+        backed: bool,
+    ) -> Option<u32> {
+        let slack = if close_fit && rounded > SMALL_REQUEST {
             rounded / 8
         } else {
             u64::MAX
         };
-        let i = self.index[kind].find(&self.blocks, rounded, |b| {
-            (b.size < oversize || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
+        self.index[kind].find(&self.blocks, rounded, |b| {
+            let pages = self.pages(b.seg);
+            let splits = b.size < oversize || pages.is_some();
+            (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
                 && b.size - rounded <= slack
-        })?;
-        Some(self.take(i, rounded, requested, oversize))
+                && (!backed || pages.map_or(true, |p| p.is_mapped(b.addr, rounded)))
+        })
+    }
+
+    /// Whether the first `rounded` bytes of free block `block` have device memory behind them.
+    fn is_backed(&self, block: u32, rounded: u64) -> bool {
+        let b = &self.blocks[block as usize];
+        self.pages(b.seg)
+            .map_or(true, |p| p.is_mapped(b.addr, rounded))
+    }
+
+    /// The pages of segment `seg` if it is virtual.
+    fn pages(&self, seg: u32) -> Option<&Pages> {
+        self.segments[seg as usize]
+            .as_ref()
+            .and_then(|s| s.pages.as_ref())
+    }
+
+    /// Counts (`pin`) or uncounts a live or quarantined block on its virtual segment's pages.
+    fn touch(&mut self, i: u32, pin: bool) {
+        let b = &self.blocks[i as usize];
+        let (addr, size) = (b.addr, b.size);
+        if let Some(Some(Segment {
+            pages: Some(pages), ..
+        })) = self.segments.get_mut(b.seg as usize)
+        {
+            if pin {
+                pages.pin(&mut self.mappings, addr, size);
+            } else {
+                pages.unpin(&mut self.mappings, addr, size);
+            }
+        }
+    }
+
+    /// Records device memory mapped at `run` of virtual segment `seg`.
+    fn add_mapping(&mut self, seg: u32, run: (u64, u64), token: u64) {
+        self.births += 1;
+        if let Some(Some(Segment {
+            pages: Some(pages), ..
+        })) = self.segments.get_mut(seg as usize)
+        {
+            self.mappings.add(pages, seg, run, token, self.births);
+        }
+        let s = &mut self.stats;
+        s.reserved += run.1;
+        s.peak_reserved = s.peak_reserved.max(s.reserved);
+        s.source_allocs += 1;
+    }
+
+    /// Forgets mapping `m` (no block touches it); the caller gives it back to the device.
+    fn remove_mapping(&mut self, m: u32) -> Mapping {
+        let seg = self.mappings.get(m).seg;
+        let pages = match &mut self.segments[seg as usize] {
+            Some(Segment {
+                pages: Some(pages), ..
+            }) => pages,
+            _ => unreachable!("a mapping lies in a virtual segment"),
+        };
+        let m = self.mappings.remove(pages, m);
+        self.stats.reserved -= m.size;
+        m
     }
 
     /// Hands out free block `i` for `rounded` bytes, splitting off the rest unless the block
@@ -644,7 +928,7 @@ impl State {
             let b = &self.blocks[i as usize];
             (b.addr, b.size, b.seg, b.next)
         };
-        if size - rounded >= GRANULE && size < oversize {
+        if size - rounded >= GRANULE && (size < oversize || self.pages(seg).is_some()) {
             let rest = self.new_block(Block {
                 addr: addr + rounded,
                 size: size - rounded,
@@ -667,6 +951,7 @@ impl State {
         let b = &mut self.blocks[i as usize];
         b.state = BlockState::Live;
         b.requested = requested;
+        self.touch(i, true);
         self.live.insert(addr, i);
         let s = &mut self.stats;
         s.live += requested;
@@ -679,6 +964,7 @@ impl State {
     /// segment is now wholly free.
     fn release_block(&mut self, mut i: u32) -> bool {
         let kind = self.kind(i);
+        self.touch(i, false);
         self.blocks[i as usize].state = BlockState::Free;
         let prev = self.blocks[i as usize].prev;
         if prev != NIL && self.blocks[prev as usize].state == BlockState::Free {
@@ -693,7 +979,7 @@ impl State {
         }
         self.index[kind].insert(&mut self.blocks, i);
         let b = &self.blocks[i as usize];
-        b.prev == NIL && b.next == NIL
+        (b.prev == NIL && b.next == NIL) || self.pages(b.seg).is_some()
     }
 
     /// Appends `right` (the next block in address order) to `left` and drops `right`.
@@ -711,8 +997,9 @@ impl State {
         self.vacate(right);
     }
 
-    /// Adds a fresh segment as one free block; returns the block.
-    fn add_segment(&mut self, addr: u64, size: u64, small: bool) -> u32 {
+    /// Adds a fresh segment as one free block; returns the block. A virtual one (with `pages`)
+    /// holds no memory yet.
+    fn add_segment(&mut self, addr: u64, size: u64, small: bool, pages: Option<Pages>) -> u32 {
         let seg = match self.vacant_segments.pop() {
             Some(s) => s,
             None => {
@@ -732,14 +1019,19 @@ impl State {
             state: BlockState::Free,
         });
         self.births += 1;
+        let real = pages.is_none();
         self.segments[seg as usize] = Some(Segment {
             addr,
             size,
             small,
             birth: self.births,
             first,
+            pages,
         });
         self.index[if small { 0 } else { 1 }].insert(&mut self.blocks, first);
+        if !real {
+            return first;
+        }
         let s = &mut self.stats;
         s.reserved += size;
         s.peak_reserved = s.peak_reserved.max(s.reserved);
@@ -756,7 +1048,9 @@ impl State {
         self.index[kind].remove(&mut self.blocks, s.first);
         self.vacate(s.first);
         self.vacant_segments.push(seg);
-        self.stats.reserved -= s.size;
+        if s.pages.is_none() {
+            self.stats.reserved -= s.size;
+        }
         (s.addr, s.size)
     }
 }

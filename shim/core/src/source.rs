@@ -24,4 +24,35 @@ pub trait DeviceSource: Send + Sync {
     fn may_synchronize(&self) -> bool {
         true
     }
+
+    /// Whether the device offers virtual memory: address ranges reserved without memory behind
+    /// them, backed later a run of 2 MiB pages at a time ([`DeviceSource::map`]).
+    fn has_virtual_memory(&self) -> bool {
+        false
+    }
+    /// Reserves `size` bytes of address space (a multiple of 2 MiB), 2 MiB aligned.
+    fn reserve(&self, _size: u64) -> Result<u64, SourceError> {
+        Err(SourceError::NOT_SUPPORTED)
+    }
+    /// Gives back a reservation with nothing mapped in it.
+    fn unreserve(&self, _addr: u64, _size: u64) -> Result<(), SourceError> {
+        Err(SourceError::NOT_SUPPORTED)
+    }
+    /// Backs `[addr, addr + size)` of a reservation with fresh device memory, readable and
+    /// writable by the device; returns a token for [`DeviceSource::unmap`].
+    fn map(&self, _addr: u64, _size: u64) -> Result<u64, SourceError> {
+        Err(SourceError::NOT_SUPPORTED)
+    }
+    /// Gives back the memory of one earlier [`DeviceSource::map`], whole.
+    fn unmap(&self, _addr: u64, _size: u64, _token: u64) -> Result<(), SourceError> {
+        Err(SourceError::NOT_SUPPORTED)
+    }
+}
+
+impl SourceError {
+    /// `hipErrorNotSupported` and `cudaErrorNotSupported` alike.
+    pub const NOT_SUPPORTED: SourceError = SourceError {
+        code: 801,
+        out_of_memory: false,
+    };
 }

@@ -1,0 +1,217 @@
+//! Virtual segments: an address range reserved from the device and backed by device memory only
+//! where blocks are, in 2 MiB pages mapped a run at a time. A run ("mapping") goes back to the
+//! device once no block touches any of its pages, so a long-lived block in the middle of a big
+//! segment pins its own pages, not the segment: what PyTorch's `expandable_segments` builds on.
+//!
+//! Pure bookkeeping: which page is mapped by which run, and how many live or quarantined blocks
+//! touch it. The pool makes the device calls.
+
+use crate::pool::{NIL, SEGMENT};
+
+#[derive(Clone, Copy)]
+pub(crate) struct Page {
+    /// Live or quarantined blocks that touch the page; a mapped page with none is cached.
+    uses: u32,
+    /// The mapping that backs it, or `NIL`.
+    mapping: u32,
+}
+
+/// A virtual segment's pages.
+pub(crate) struct Pages {
+    base: u64,
+    pages: Vec<Page>,
+}
+
+/// One run of pages mapped by one device call, released whole.
+pub(crate) struct Mapping {
+    pub addr: u64,
+    pub size: u64,
+    /// What the device returned for it (its physical handle), needed to give it back.
+    pub token: u64,
+    /// The virtual segment it lies in.
+    pub seg: u32,
+    /// Order of creation: trims release the oldest first.
+    pub birth: u64,
+    /// Pages of the run that some block touches; releasable at 0.
+    busy: u32,
+}
+
+impl Pages {
+    pub(crate) fn new(base: u64, size: u64) -> Pages {
+        Pages {
+            base,
+            pages: vec![
+                Page {
+                    uses: 0,
+                    mapping: NIL,
+                };
+                (size / SEGMENT) as usize
+            ],
+        }
+    }
+
+    fn range(&self, addr: u64, size: u64) -> std::ops::Range<usize> {
+        let first = (addr - self.base) / SEGMENT;
+        let last = (addr + size.max(1) - 1 - self.base) / SEGMENT;
+        first as usize..last as usize + 1
+    }
+
+    /// The runs of unmapped pages under `[addr, addr + size)`, as `(addr, size)`.
+    pub(crate) fn unmapped(&self, addr: u64, size: u64) -> Vec<(u64, u64)> {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for p in self.range(addr, size) {
+            if self.pages[p].mapping != NIL {
+                continue;
+            }
+            let at = self.base + p as u64 * SEGMENT;
+            match runs.last_mut() {
+                Some(run) if run.0 + run.1 == at => run.1 += SEGMENT,
+                _ => runs.push((at, SEGMENT)),
+            }
+        }
+        runs
+    }
+
+    /// Whether every page under `[addr, addr + size)` is mapped.
+    pub(crate) fn is_mapped(&self, addr: u64, size: u64) -> bool {
+        self.range(addr, size).all(|p| self.pages[p].mapping != NIL)
+    }
+
+    /// Counts a block on `[addr, addr + size)` (all mapped).
+    pub(crate) fn pin(&mut self, mappings: &mut Mappings, addr: u64, size: u64) {
+        for p in self.range(addr, size) {
+            let page = &mut self.pages[p];
+            if page.uses == 0 {
+                mappings.get_mut(page.mapping).busy += 1;
+            }
+            page.uses += 1;
+        }
+    }
+
+    /// Takes back what [`Pages::pin`] counted.
+    pub(crate) fn unpin(&mut self, mappings: &mut Mappings, addr: u64, size: u64) {
+        for p in self.range(addr, size) {
+            let page = &mut self.pages[p];
+            page.uses -= 1;
+            if page.uses == 0 {
+                mappings.get_mut(page.mapping).busy -= 1;
+            }
+        }
+    }
+
+    fn set(&mut self, addr: u64, size: u64, mapping: u32) {
+        for p in self.range(addr, size) {
+            self.pages[p].mapping = mapping;
+        }
+    }
+
+    /// Whether no page is mapped (the segment's address range can go back).
+    pub(crate) fn is_unmapped(&self) -> bool {
+        self.pages.iter().all(|p| p.mapping == NIL)
+    }
+}
+
+/// Every mapping of a pool, by number.
+#[derive(Default)]
+pub(crate) struct Mappings {
+    runs: Vec<Option<Mapping>>,
+    vacant: Vec<u32>,
+}
+
+impl Mappings {
+    fn get_mut(&mut self, i: u32) -> &mut Mapping {
+        self.runs[i as usize]
+            .as_mut()
+            .expect("a mapped page names a live mapping")
+    }
+
+    /// Records that `[addr, addr + size)` of virtual segment `seg` is now backed.
+    pub(crate) fn add(
+        &mut self,
+        pages: &mut Pages,
+        seg: u32,
+        run: (u64, u64),
+        token: u64,
+        birth: u64,
+    ) {
+        let (addr, size) = run;
+        let m = Mapping {
+            addr,
+            size,
+            token,
+            seg,
+            birth,
+            busy: 0,
+        };
+        let i = match self.vacant.pop() {
+            Some(i) => {
+                self.runs[i as usize] = Some(m);
+                i
+            }
+            None => {
+                self.runs.push(Some(m));
+                (self.runs.len() - 1) as u32
+            }
+        };
+        pages.set(addr, size, i);
+    }
+
+    /// Forgets mapping `i`; the caller gives it back to the device.
+    pub(crate) fn remove(&mut self, pages: &mut Pages, i: u32) -> Mapping {
+        let m = self.runs[i as usize]
+            .take()
+            .expect("only live mappings are released");
+        pages.set(m.addr, m.size, NIL);
+        self.vacant.push(i);
+        m
+    }
+
+    /// Mappings no block touches, as `(birth, number)`.
+    pub(crate) fn idle(&self) -> Vec<(u64, u32)> {
+        self.runs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.as_ref().map(|m| (i, m)))
+            .filter(|(_, m)| m.busy == 0)
+            .map(|(i, m)| (m.birth, i as u32))
+            .collect()
+    }
+
+    pub(crate) fn get(&self, i: u32) -> &Mapping {
+        self.runs[i as usize]
+            .as_ref()
+            .expect("a mapped page names a live mapping")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_mapping_is_idle_once_no_block_touches_it() {
+        let base = 0x7f00_0000_0000;
+        let mut pages = Pages::new(base, 16 * MIB);
+        let mut maps = Mappings::default();
+        assert_eq!(pages.unmapped(base + MIB, 4 * MIB), vec![(base, 6 * MIB)]);
+        maps.add(&mut pages, 0, (base, 6 * MIB), 42, 1);
+        assert!(pages.is_mapped(base + MIB, 4 * MIB));
+        assert_eq!(
+            pages.unmapped(base + 5 * MIB, 2 * MIB),
+            vec![(base + 6 * MIB, 2 * MIB)]
+        );
+        pages.pin(&mut maps, base + MIB, 256);
+        pages.pin(&mut maps, base + MIB + 256, 4 * MIB);
+        assert!(maps.idle().is_empty());
+        pages.unpin(&mut maps, base + MIB, 256);
+        assert!(maps.idle().is_empty());
+        pages.unpin(&mut maps, base + MIB + 256, 4 * MIB);
+        let idle = maps.idle();
+        assert_eq!(idle.len(), 1);
+        let m = maps.remove(&mut pages, idle[0].1);
+        assert_eq!((m.addr, m.size, m.token), (base, 6 * MIB, 42));
+        assert!(pages.is_unmapped());
+    }
+}
