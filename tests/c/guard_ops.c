@@ -243,6 +243,37 @@ static int background(void) {
     return 0;
 }
 
+static int holes(void) {
+    /* Two 100 MiB blocks freed side by side, then one of 200 MiB; then that freed and a 4 MiB
+     * block taken from its space before a trim. Virtual segments serve the 200 MiB across the
+     * two without the device and keep only the memory under the 4 MiB block; plain segments
+     * need a new segment and keep the whole 200 MiB one. */
+    hipMemPool_t pool;
+    OK(hipDeviceGetDefaultMemPool(&pool, 0));
+    void *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    OK(hipMalloc(&a, 100 * MiB));
+    OK(hipMalloc(&b, 100 * MiB));
+    OK(hipFree(a));
+    OK(hipFree(b));
+    OK(hipDeviceSynchronize());
+    uint64_t allocs = counters().allocs;
+    OK(hipMalloc(&c, 200 * MiB));
+    printf("span_device_allocs %lu\n", (unsigned long)(counters().allocs - allocs));
+    OK(hipMemset(c, 0x5a, 200 * MiB));
+    unsigned char probe[8192];
+    OK(hipMemcpy(probe, (char*)c + 100 * MiB - 4096, sizeof probe, hipMemcpyDeviceToHost));
+    int ok = 1;
+    for (size_t i = 0; i < sizeof probe; i++) ok &= probe[i] == 0x5a;
+    printf("span_data_ok %d\n", ok);
+    OK(hipFree(c));
+    OK(hipDeviceSynchronize());
+    OK(hipMalloc(&d, 4 * MiB));
+    OK(hipMemPoolTrimTo(pool, 0));
+    printf("device_live_under_4mib %lu\n", (unsigned long)counters().live_bytes);
+    OK(hipFree(d));
+    return 0;
+}
+
 int main(int argc, char** argv) {
     CHECK(argc == 2, "usage: guard_ops SCENARIO");
     const char* s = argv[1];
@@ -260,6 +291,7 @@ int main(int argc, char** argv) {
     if (!strcmp(s, "workload")) return workload();
     if (!strcmp(s, "hold")) return hold();
     if (!strcmp(s, "background")) return background();
+    if (!strcmp(s, "holes")) return holes();
     fprintf(stderr, "unknown scenario %s\n", s);
     return 2;
 }

@@ -137,6 +137,40 @@ fn memory_queries_show_the_cap_and_refusals_leave_the_program_running() {
 }
 
 #[test]
+fn virtual_segments_join_free_neighbours_and_give_back_what_no_block_uses() {
+    let s = guarded("guard_ops", &["holes"], &[("ROCMGUARD_LOG", "info")]);
+    s.succeeded();
+    assert!(s.stderr().contains("virtual segments"), "{}", s.stderr());
+    assert_eq!(
+        s.num("span_device_allocs"),
+        0,
+        "200 MiB across two freed 100 MiB runs"
+    );
+    assert_eq!(s.num("span_data_ok"), 1, "data holds across the runs");
+    assert_eq!(
+        s.num("device_live_under_4mib"),
+        100 * MIB as i64,
+        "only the run under the 4 MiB block stays"
+    );
+    // Without virtual memory in the runtime: plain segments, one more device call, and the whole
+    // 200 MiB segment stays under the 4 MiB block.
+    let plain = guarded(
+        "guard_ops",
+        &["holes"],
+        &[("HIPSIM_VMM", "0"), ("ROCMGUARD_LOG", "info")],
+    );
+    plain.succeeded();
+    assert!(
+        plain.stderr().contains("plain segments"),
+        "{}",
+        plain.stderr()
+    );
+    assert_eq!(plain.num("span_device_allocs"), 1);
+    assert_eq!(plain.num("span_data_ok"), 1);
+    assert_eq!(plain.num("device_live_under_4mib"), 200 * MIB as i64);
+}
+
+#[test]
 fn a_percentage_cap_follows_the_device() {
     let s = guarded(
         "guard_cap",

@@ -309,3 +309,45 @@ fn view_reports_the_cap() {
     );
     pool.free(a);
 }
+
+/// A device that reserves address space but cannot map memory into it, as some do.
+struct NoMapping(CountingSource);
+
+impl DeviceSource for NoMapping {
+    fn alloc(&self, size: u64) -> Result<u64, rocmguard_core::SourceError> {
+        self.0.alloc(size)
+    }
+    fn free(&self, addr: u64, size: u64) -> Result<(), rocmguard_core::SourceError> {
+        self.0.free(addr, size)
+    }
+    fn mem_info(&self) -> Result<(u64, u64), rocmguard_core::SourceError> {
+        self.0.mem_info()
+    }
+    fn synchronize(&self) -> Result<(), rocmguard_core::SourceError> {
+        self.0.synchronize()
+    }
+    fn has_virtual_memory(&self) -> bool {
+        true
+    }
+    fn reserve(&self, size: u64) -> Result<u64, rocmguard_core::SourceError> {
+        self.0.reserve(size)
+    }
+    fn unreserve(&self, addr: u64, size: u64) -> Result<(), rocmguard_core::SourceError> {
+        self.0.unreserve(addr, size)
+    }
+}
+
+#[test]
+fn a_device_that_cannot_map_gets_plain_segments() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let pool = Pool::new(NoMapping(CountingSource::new(DEVICE)), options(None));
+    let a = pool.alloc(3 << 20).expect("served from a plain segment");
+    let b = pool.alloc(1000).expect("and small ones too");
+    assert!(pool.source().0.is_backed(a, 3 << 20) && pool.source().0.is_backed(b, 1000));
+    assert_eq!(pool.stats().reserved, pool.source().0.used());
+    assert_eq!(
+        pool.source().0.reserved.load(Relaxed),
+        0,
+        "the unusable address space went back"
+    );
+}

@@ -177,6 +177,10 @@ impl Mappings {
             .collect()
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.runs.iter().all(|m| m.is_none())
+    }
+
     pub(crate) fn get(&self, i: u32) -> &Mapping {
         self.runs[i as usize]
             .as_ref()

@@ -39,6 +39,8 @@ pub const MEDIUM_SEGMENT: u64 = 20 << 20;
 /// Virtual segments map device memory in runs of at most this size, so that a block left in a
 /// run pins at most this much (smaller runs cost more device calls).
 pub const MAPPING_CHUNK: u64 = 128 << 20;
+/// Virtual segments reserve this much address space (or the cap, if smaller): a few cost nothing.
+pub const VIRTUAL_SEGMENT: u64 = 256 << 30;
 /// Warm-up reserves in segments of this size.
 pub const WARMUP_SEGMENT: u64 = 256 << 20;
 /// A block of `max_split` or more serves a request only if it wastes at most this much.
@@ -314,6 +316,10 @@ impl<S: DeviceSource> Pool<S> {
                     Err(e) => e,
                 },
             };
+            if st.virtual_memory && st.mappings.is_empty() && !is_retryable(error) {
+                self.give_up_virtual_memory(&mut st);
+                continue;
+            }
             if kind == 0 {
                 // The small pool could not grow; free room in a large segment serves.
                 if let Some(block) = st.find(1, rounded, oversize, false, false) {
@@ -589,23 +595,19 @@ impl<S: DeviceSource> Pool<S> {
         Ok(())
     }
 
-    /// A new virtual segment big enough for the whole cap (and `rounded`), if the device can
-    /// reserve one and map memory into it; `None` turns virtual memory off for this pool.
+    /// A new virtual segment big enough for the whole cap (up to [`VIRTUAL_SEGMENT`]) and for
+    /// `rounded`, if the device reserves one; `None` turns virtual memory off for this pool.
     fn grow_virtual(&self, st: &mut State, rounded: u64) -> Option<u32> {
-        let size = round_up(rounded.max(st.stats.cap), SEGMENT);
+        let size = round_up(rounded.max(st.stats.cap.min(VIRTUAL_SEGMENT)), SEGMENT);
         let addr = self.source.reserve(size).ok()?;
-        // Some devices reserve address space but cannot map into it: try one page first.
-        match self.source.map(addr, SEGMENT) {
-            Ok(token) => {
-                let _ = self.source.unmap(addr, SEGMENT, token);
-            }
-            Err(e) if !e.out_of_memory => {
-                let _ = self.source.unreserve(addr, size);
-                return None;
-            }
-            Err(_) => {}
-        }
         Some(st.add_segment(addr, size, false, Some(Pages::new(addr, size))))
+    }
+
+    /// After the device refused to map into virtual segments before ever mapping one (some
+    /// reserve address space but cannot back it): plain segments from now on.
+    fn give_up_virtual_memory(&self, st: &mut State) {
+        st.virtual_memory = false;
+        self.release_address_space(st);
     }
 
     /// Adds a segment that can serve `rounded` bytes, within cap, headroom and threshold.
@@ -685,8 +687,12 @@ impl<S: DeviceSource> Pool<S> {
             match self.grow_virtual(st, warmup) {
                 Some(block) => {
                     // Mapped now, handed out later: the mappings stay cached until needed.
-                    let _ = self.back(st, block, warmup);
-                    return;
+                    match self.back(st, block, warmup) {
+                        Err(e) if st.mappings.is_empty() && !is_retryable(e) => {
+                            self.give_up_virtual_memory(st);
+                        }
+                        _ => return,
+                    }
                 }
                 None => st.virtual_memory = false,
             }

@@ -13,6 +13,7 @@ use rocmguard_core::trace::Action;
 use rocmguard_core::{AllocError, Config, DeviceSource, Pool, PoolOptions, SourceError, Stats};
 
 use crate::log;
+use crate::vmm::Vmm;
 
 pub const SUCCESS: i32 = 0;
 /// `hipErrorOutOfMemory` and `cudaErrorMemoryAllocation` alike.
@@ -50,6 +51,9 @@ pub struct Face {
     pub api: fn() -> Option<Api>,
     /// Whether a device is an integrated GPU sharing system memory.
     pub integrated: fn(i32) -> bool,
+    /// The runtime's virtual memory functions for a device, where it has them and they suit
+    /// the pool.
+    pub virtual_memory: fn(i32) -> Option<Vmm>,
 }
 
 thread_local! {
@@ -68,9 +72,47 @@ pub struct Source {
     integrated: bool,
     api: Api,
     captures: &'static AtomicUsize,
+    /// Virtual memory for the pool's virtual segments, if the device offers it.
+    vmm: Option<Vmm>,
 }
 
 impl Source {
+    /// Runs one virtual memory call with the device current (the CUDA driver needs its
+    /// context). A failure other than out-of-memory is logged once: the pool then keeps to
+    /// plain segments, or passes the code on.
+    fn virtual_call<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&Vmm) -> Result<T, i32>,
+    ) -> Result<T, SourceError> {
+        let vmm = self.vmm.as_ref().ok_or(SourceError::NOT_SUPPORTED)?;
+        let mut current = self.device;
+        // SAFETY: real runtime calls with valid out-pointers.
+        let before = unsafe {
+            (self.api.get_device)(&mut current);
+            (self.api.set_device)(self.device);
+            (self.api.peek_last_error)()
+        };
+        let r = f(vmm);
+        if current != self.device {
+            unsafe { (self.api.set_device)(current) };
+        }
+        r.map_err(|code| {
+            PENDING_BEFORE.with(|c| {
+                if c.get().is_none() {
+                    c.set(Some(before));
+                }
+            });
+            if code != OUT_OF_MEMORY && !VMM_WARNED.swap(true, Ordering::Relaxed) {
+                log::warn(format_args!(
+                    "dev{}: virtual memory {} failed with code {}; plain segments from now on where it matters",
+                    self.device, what, code
+                ));
+            }
+            source_error(code)
+        })
+    }
+
     /// Runs `f` with `self.device` current, restoring the caller's device.
     fn on_device<T>(&self, f: impl FnOnce() -> T) -> T {
         let mut current = self.device;
@@ -144,7 +186,30 @@ impl DeviceSource for Source {
     fn may_synchronize(&self) -> bool {
         self.captures.load(Ordering::Acquire) == 0
     }
+
+    fn has_virtual_memory(&self) -> bool {
+        self.vmm.is_some()
+    }
+
+    fn reserve(&self, size: u64) -> Result<u64, SourceError> {
+        self.virtual_call("reserve", |v| v.reserve(size))
+    }
+
+    fn unreserve(&self, addr: u64, size: u64) -> Result<(), SourceError> {
+        self.virtual_call("address free", |v| v.unreserve(addr, size))
+    }
+
+    fn map(&self, addr: u64, size: u64) -> Result<u64, SourceError> {
+        self.virtual_call("map", |v| v.map(addr, size))
+    }
+
+    fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
+        self.virtual_call("unmap", |v| v.unmap(addr, size, token))
+    }
 }
+
+/// Whether a virtual memory failure was logged.
+static VMM_WARNED: AtomicBool = AtomicBool::new(false);
 
 /// A guard that is on: the runtime was found and the configuration read.
 pub struct Active {
@@ -377,20 +442,30 @@ impl Active {
         if let Some(p) = cell.get() {
             return Some(p);
         }
-        let source = Source {
+        let mut source = Source {
             device,
             integrated: self.is_integrated(device),
             api: self.api,
             captures: &self.captures,
+            vmm: None,
         };
+        // The first runtime call also loads what the virtual memory functions live in.
         let (_, total) = source.mem_info().ok()?;
+        if self.config.vmm {
+            source.vmm = (self.face.virtual_memory)(device);
+        }
         let options = PoolOptions::from_config(self.config, total);
         let pool = cell.get_or_init(|| {
             log::info(format_args!(
-                "dev{}: pool over {} of device memory, cap {}",
+                "dev{}: pool over {} of device memory, cap {}, {}",
                 device,
                 rocmguard_core::format_size(total),
-                rocmguard_core::format_size(options.cap)
+                rocmguard_core::format_size(options.cap),
+                if source.vmm.is_some() {
+                    "virtual segments"
+                } else {
+                    "plain segments"
+                }
             ));
             Pool::new(source, options)
         });

@@ -6,6 +6,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use crate::guard::{self, Api, Face, GetDeviceFn, Guard, SetDeviceFn, SUCCESS, SYMBOL_NOT_FOUND};
 use crate::hooks::hooks;
 use crate::resolve::Real;
+use crate::vmm::{self, Vmm};
 
 /// File names the HIP runtime goes by (`libamdhip64.so`, `.so.5|6|7`).
 pub const LIBS: &[&str] = &["libamdhip64"];
@@ -13,5 +14,50 @@ pub const LIBS: &[&str] = &["libamdhip64"];
 /// Runtime functions the pool needs but the program's calls to which we leave alone.
 static GET_DEVICE: Real<GetDeviceFn> = Real::new(c"hipGetDevice", c"hip_4.2", LIBS);
 static SET_DEVICE: Real<SetDeviceFn> = Real::new(c"hipSetDevice", c"hip_4.2", LIBS);
+
+/// `hipDeviceAttributeVirtualMemoryManagementSupported`.
+const ATTRIBUTE_VIRTUAL_MEMORY: c_int = 89;
+/// ROCm 6.0's `HIP_VERSION`: the virtual memory structs took their current layout there.
+const FIRST_VIRTUAL_MEMORY_VERSION: c_int = 60_000_000;
+
+static RUNTIME_VERSION: Real<unsafe extern "C" fn(*mut c_int) -> i32> =
+    Real::new(c"hipRuntimeGetVersion", c"hip_4.2", LIBS);
+static GRANULARITY: Real<vmm::GranularityFn> =
+    Real::new(c"hipMemGetAllocationGranularity", c"hip_5.1", LIBS);
+static RESERVE: Real<vmm::ReserveFn> = Real::new(c"hipMemAddressReserve", c"hip_5.1", LIBS);
+static ADDRESS_FREE: Real<vmm::RangeFn> = Real::new(c"hipMemAddressFree", c"hip_5.1", LIBS);
+static CREATE: Real<vmm::CreateFn> = Real::new(c"hipMemCreate", c"hip_5.1", LIBS);
+static RELEASE: Real<vmm::ReleaseFn> = Real::new(c"hipMemRelease", c"hip_5.1", LIBS);
+static MAP: Real<vmm::MapFn> = Real::new(c"hipMemMap", c"hip_5.1", LIBS);
+static UNMAP: Real<vmm::RangeFn> = Real::new(c"hipMemUnmap", c"hip_5.1", LIBS);
+static SET_ACCESS: Real<vmm::SetAccessFn> = Real::new(c"hipMemSetAccess", c"hip_5.1", LIBS);
+
+/// HIP's virtual memory for `device`: ROCm 6 or later (the struct layout we pass), the device
+/// says it supports it, and it maps at a granularity that divides 2 MiB.
+fn virtual_memory(device: c_int) -> Option<Vmm> {
+    let (mut version, mut supported) = (0, 0);
+    // SAFETY: valid out-pointers.
+    unsafe {
+        if RUNTIME_VERSION.get()?(&mut version) != SUCCESS
+            || version < FIRST_VIRTUAL_MEMORY_VERSION
+            || real::hipDeviceGetAttribute.get()?(&mut supported, ATTRIBUTE_VIRTUAL_MEMORY, device)
+                != SUCCESS
+            || supported == 0
+        {
+            return None;
+        }
+    }
+    let v = Vmm {
+        device,
+        reserve: RESERVE.get()?,
+        address_free: ADDRESS_FREE.get()?,
+        create: CREATE.get()?,
+        release: RELEASE.get()?,
+        map: MAP.get()?,
+        unmap: UNMAP.get()?,
+        set_access: SET_ACCESS.get()?,
+    };
+    v.fits_pages(GRANULARITY.get()?).then_some(v)
+}
 
 include!("hip_hooks.rs");

@@ -1,6 +1,6 @@
 // The HIP face, shared by the Linux preload (shim/preload/src/hip.rs) and the Windows DLL
 // (windows/dll/src/hip.rs), which `include!` it after defining what differs between them:
-// `LIBS`, `GET_DEVICE`, `SET_DEVICE`, the imports, and `crate::lookup_hook`.
+// `LIBS`, `GET_DEVICE`, `SET_DEVICE`, `virtual_memory`, the imports, and `crate::lookup_hook`.
 
 pub type Stream = *mut c_void;
 pub type MemPool = *mut c_void;
@@ -17,6 +17,7 @@ static FACE: Face = Face {
     name: "HIP",
     api: resolve_api,
     integrated,
+    virtual_memory,
 };
 
 pub static HIP: Guard = Guard::new(&FACE);

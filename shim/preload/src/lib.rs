@@ -24,6 +24,7 @@ mod process;
 mod resolve;
 pub mod trace;
 mod uma;
+mod vmm;
 
 static CONFIG: OnceCell<Config> = OnceCell::new();
 static DEGRADED: AtomicBool = AtomicBool::new(false);

@@ -16,4 +16,10 @@ pub const LIBS: &[&str] = &["amdhip64"];
 static GET_DEVICE: Real<GetDeviceFn> = Real::new("hipGetDevice\0", LIBS);
 static SET_DEVICE: Real<SetDeviceFn> = Real::new("hipSetDevice\0", LIBS);
 
+/// Plain segments on Windows: the virtual memory path is proven on Linux (hipsim and the CUDA
+/// driver) only, and WDDM's behaviour under it is untested.
+fn virtual_memory(_device: c_int) -> Option<crate::vmm::Vmm> {
+    None
+}
+
 include!("../../../shim/preload/src/hip_hooks.rs");

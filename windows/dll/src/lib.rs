@@ -33,6 +33,10 @@ mod log;
 mod patch;
 mod trace;
 mod uma;
+// Only its types: the Windows DLL keeps to plain segments (see hip::virtual_memory).
+#[allow(dead_code)]
+#[path = "../../../shim/preload/src/vmm.rs"]
+mod vmm;
 mod win;
 
 static CONFIG: OnceCell<Config> = OnceCell::new();

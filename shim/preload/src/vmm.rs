@@ -1,0 +1,152 @@
+//! The virtual memory calls under the pool's virtual segments. HIP's `hipMem*` (ROCm 6 and later)
+//! and the CUDA driver's `cuMem*` have the same shapes, structs and codes for what is used here:
+//! reserve an address range, create device memory, map it, make it readable and writable.
+
+use std::ffi::c_void;
+
+/// `hipMemLocation` / `CUmemLocation`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Location {
+    kind: i32,
+    id: i32,
+}
+
+/// `hipMemAllocationProp` (ROCm 6 layout; ROCm 5 had another) / `CUmemAllocationProp`.
+#[repr(C)]
+pub struct AllocationProp {
+    kind: i32,
+    handle_types: i32,
+    location: Location,
+    win32_metadata: *mut c_void,
+    compression: u8,
+    rdma_capable: u8,
+    usage: u16,
+    reserved: [u8; 4],
+}
+
+/// `hipMemAccessDesc` / `CUmemAccessDesc`.
+#[repr(C)]
+pub struct AccessDesc {
+    location: Location,
+    flags: i32,
+}
+
+const LOCATION_DEVICE: i32 = 1;
+const ALLOCATION_PINNED: i32 = 1;
+const ACCESS_READ_WRITE: i32 = 3;
+const GRANULARITY_MINIMUM: i32 = 0;
+/// What the pool maps in: runs of whole 2 MiB pages.
+const PAGE: usize = 2 << 20;
+
+pub type ReserveFn = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> i32;
+pub type RangeFn = unsafe extern "C" fn(u64, usize) -> i32;
+pub type CreateFn = unsafe extern "C" fn(*mut u64, usize, *const AllocationProp, u64) -> i32;
+pub type ReleaseFn = unsafe extern "C" fn(u64) -> i32;
+pub type MapFn = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> i32;
+pub type SetAccessFn = unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> i32;
+pub type GranularityFn = unsafe extern "C" fn(*mut usize, *const AllocationProp, i32) -> i32;
+
+/// A runtime's virtual memory functions, for one device.
+#[derive(Clone, Copy)]
+pub struct Vmm {
+    pub device: i32,
+    pub reserve: ReserveFn,
+    pub address_free: RangeFn,
+    pub create: CreateFn,
+    pub release: ReleaseFn,
+    pub map: MapFn,
+    pub unmap: RangeFn,
+    pub set_access: SetAccessFn,
+}
+
+fn check(code: i32) -> Result<(), i32> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(code)
+    }
+}
+
+impl Vmm {
+    fn prop(&self) -> AllocationProp {
+        AllocationProp {
+            kind: ALLOCATION_PINNED,
+            handle_types: 0,
+            location: Location {
+                kind: LOCATION_DEVICE,
+                id: self.device,
+            },
+            win32_metadata: std::ptr::null_mut(),
+            compression: 0,
+            rdma_capable: 0,
+            usage: 0,
+            reserved: [0; 4],
+        }
+    }
+
+    /// Whether the device maps memory at a granularity that divides the pool's 2 MiB pages.
+    pub fn fits_pages(&self, granularity: GranularityFn) -> bool {
+        let mut g = 0usize;
+        // SAFETY: valid out-pointer and a prop that lives across the call.
+        let code = unsafe { granularity(&mut g, &self.prop(), GRANULARITY_MINIMUM) };
+        code == 0 && g > 0 && PAGE / g * g == PAGE
+    }
+
+    pub fn reserve(&self, size: u64) -> Result<u64, i32> {
+        let mut addr = 0u64;
+        // SAFETY: valid out-pointer; no fixed address asked for.
+        check(unsafe { (self.reserve)(&mut addr, size as usize, PAGE, 0, 0) })?;
+        Ok(addr)
+    }
+
+    pub fn unreserve(&self, addr: u64, size: u64) -> Result<(), i32> {
+        // SAFETY: a range `reserve` returned, with nothing mapped in it.
+        check(unsafe { (self.address_free)(addr, size as usize) })
+    }
+
+    /// Creates `size` bytes of device memory and maps them read-write at `addr`; returns the
+    /// memory's handle. Undoes what it did when a step fails.
+    pub fn map(&self, addr: u64, size: u64) -> Result<u64, i32> {
+        let size = size as usize;
+        let mut handle = 0u64;
+        // SAFETY: valid out-pointer and prop.
+        check(unsafe { (self.create)(&mut handle, size, &self.prop(), 0) })?;
+        // SAFETY: `addr` lies in a reservation of ours with nothing mapped there.
+        if let Err(e) = check(unsafe { (self.map)(addr, size, 0, handle, 0) }) {
+            unsafe { (self.release)(handle) };
+            return Err(e);
+        }
+        let access = AccessDesc {
+            location: self.prop().location,
+            flags: ACCESS_READ_WRITE,
+        };
+        // SAFETY: the range was just mapped; one descriptor.
+        if let Err(e) = check(unsafe { (self.set_access)(addr, size, &access, 1) }) {
+            unsafe {
+                (self.unmap)(addr, size);
+                (self.release)(handle);
+            }
+            return Err(e);
+        }
+        Ok(handle)
+    }
+
+    /// Unmaps what [`Vmm::map`] mapped and gives its memory back.
+    pub fn unmap(&self, addr: u64, size: u64, handle: u64) -> Result<(), i32> {
+        // SAFETY: exactly one earlier mapping and its handle.
+        check(unsafe { (self.unmap)(addr, size as usize) })?;
+        check(unsafe { (self.release)(handle) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structs_have_the_runtime_layout() {
+        assert_eq!(std::mem::size_of::<AllocationProp>(), 32);
+        assert_eq!(std::mem::size_of::<AccessDesc>(), 12);
+    }
+}
