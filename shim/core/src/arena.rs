@@ -30,8 +30,6 @@ pub(crate) struct Mapping {
     pub token: u64,
     /// The virtual segment it lies in.
     pub seg: u32,
-    /// Order of creation: trims release the oldest first.
-    pub birth: u64,
     /// Pages of the run that some block touches; releasable at 0.
     busy: u32,
 }
@@ -126,21 +124,13 @@ impl Mappings {
     }
 
     /// Records that `[addr, addr + size)` of virtual segment `seg` is now backed.
-    pub(crate) fn add(
-        &mut self,
-        pages: &mut Pages,
-        seg: u32,
-        run: (u64, u64),
-        token: u64,
-        birth: u64,
-    ) {
+    pub(crate) fn add(&mut self, pages: &mut Pages, seg: u32, run: (u64, u64), token: u64) {
         let (addr, size) = run;
         let m = Mapping {
             addr,
             size,
             token,
             seg,
-            birth,
             busy: 0,
         };
         let i = match self.vacant.pop() {
@@ -166,14 +156,14 @@ impl Mappings {
         m
     }
 
-    /// Mappings no block touches, as `(birth, number)`.
-    pub(crate) fn idle(&self) -> Vec<(u64, u32)> {
+    /// Mappings no block touches.
+    pub(crate) fn idle(&self) -> Vec<u32> {
         self.runs
             .iter()
             .enumerate()
             .filter_map(|(i, m)| m.as_ref().map(|m| (i, m)))
             .filter(|(_, m)| m.busy == 0)
-            .map(|(i, m)| (m.birth, i as u32))
+            .map(|(i, _)| i as u32)
             .collect()
     }
 
@@ -200,7 +190,7 @@ mod tests {
         let mut pages = Pages::new(base, 16 * MIB);
         let mut maps = Mappings::default();
         assert_eq!(pages.unmapped(base + MIB, 4 * MIB), vec![(base, 6 * MIB)]);
-        maps.add(&mut pages, 0, (base, 6 * MIB), 42, 1);
+        maps.add(&mut pages, 0, (base, 6 * MIB), 42);
         assert!(pages.is_mapped(base + MIB, 4 * MIB));
         assert_eq!(
             pages.unmapped(base + 5 * MIB, 2 * MIB),
@@ -214,7 +204,7 @@ mod tests {
         pages.unpin(&mut maps, base + MIB + 256, 4 * MIB);
         let idle = maps.idle();
         assert_eq!(idle.len(), 1);
-        let m = maps.remove(&mut pages, idle[0].1);
+        let m = maps.remove(&mut pages, idle[0]);
         assert_eq!((m.addr, m.size, m.token), (base, 6 * MIB, 42));
         assert!(pages.is_unmapped());
     }

@@ -121,10 +121,20 @@ impl DeviceSource for CountingSource {
         Ok(())
     }
 
-    fn map(&self, addr: u64, size: u64) -> Result<u64, SourceError> {
+    fn map(&self, addr: u64, size: u64, chunk: u64) -> Result<Vec<u64>, SourceError> {
         self.charge(size)?;
-        self.note(addr, Some(size));
-        Ok(addr)
+        // Counted as one call per piece, as a real device creates each piece's memory.
+        let pieces = (size + chunk - 1) / chunk;
+        self.allocs.fetch_add(pieces - 1, Ordering::Relaxed);
+        let mut tokens = Vec::new();
+        let mut at = addr;
+        while at < addr + size {
+            let n = chunk.min(addr + size - at);
+            self.note(at, Some(n));
+            tokens.push(at);
+            at += n;
+        }
+        Ok(tokens)
     }
 
     fn unmap(&self, addr: u64, size: u64, _token: u64) -> Result<(), SourceError> {

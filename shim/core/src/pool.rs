@@ -550,13 +550,14 @@ impl<S: DeviceSource> Pool<S> {
         let runs = st
             .pages(seg)
             .map_or(Vec::new(), |p| p.unmapped(addr, rounded));
-        for (mut at, mut left) in runs {
-            while left > 0 {
-                let n = left.min(MAPPING_CHUNK);
-                let token = self.source.map(at, n).map_err(AllocError::Source)?;
-                st.add_mapping(seg, (at, n), token);
-                at += n;
-                left -= n;
+        for (addr, size) in runs {
+            let tokens = self
+                .source
+                .map(addr, size, MAPPING_CHUNK)
+                .map_err(AllocError::Source)?;
+            for (i, token) in tokens.into_iter().enumerate() {
+                let at = addr + i as u64 * MAPPING_CHUNK;
+                st.add_mapping(seg, (at, MAPPING_CHUNK.min(addr + size - at)), token);
             }
         }
         Ok(true)
@@ -716,6 +717,9 @@ impl<S: DeviceSource> Pool<S> {
     fn trim_locked(&self, st: &mut State, keep: u64, keep_range: Option<(u64, u64)>) -> u64 {
         let mut released = 0;
         if st.stats.reserved > keep {
+            // Mappings first, from the top of the address space down, so what stays mapped is
+            // packed low where the large free block that big requests take from begins; then
+            // plain segments, oldest first.
             let mut idle: Vec<(u64, Idle)> = st
                 .segments
                 .iter()
@@ -735,10 +739,10 @@ impl<S: DeviceSource> Pool<S> {
                 st.mappings
                     .idle()
                     .into_iter()
-                    .filter(|&(_, m)| !overlaps(m))
-                    .map(|(birth, m)| (birth, Idle::Mapping(m))),
+                    .filter(|&m| !overlaps(m))
+                    .map(|m| (u64::MAX - st.mappings.get(m).addr, Idle::Mapping(m))),
             );
-            idle.sort_unstable();
+            idle.sort_unstable_by_key(|&(key, what)| (matches!(what, Idle::Segment(_)), key));
             for (_, what) in idle {
                 if st.stats.reserved <= keep {
                     break;
@@ -785,7 +789,7 @@ impl<S: DeviceSource> Pool<S> {
 }
 
 /// Device memory a trim can give back.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy)]
 enum Idle {
     Segment(u32),
     Mapping(u32),
@@ -898,12 +902,11 @@ impl State {
 
     /// Records device memory mapped at `run` of virtual segment `seg`.
     fn add_mapping(&mut self, seg: u32, run: (u64, u64), token: u64) {
-        self.births += 1;
         if let Some(Some(Segment {
             pages: Some(pages), ..
         })) = self.segments.get_mut(seg as usize)
         {
-            self.mappings.add(pages, seg, run, token, self.births);
+            self.mappings.add(pages, seg, run, token);
         }
         let s = &mut self.stats;
         s.reserved += run.1;

@@ -39,8 +39,9 @@ pub trait DeviceSource: Send + Sync {
         Err(SourceError::NOT_SUPPORTED)
     }
     /// Backs `[addr, addr + size)` of a reservation with fresh device memory, readable and
-    /// writable by the device; returns a token for [`DeviceSource::unmap`].
-    fn map(&self, _addr: u64, _size: u64) -> Result<u64, SourceError> {
+    /// writable by the device, in pieces of `chunk` bytes (the last may be shorter), each given
+    /// back whole later; returns a token per piece for [`DeviceSource::unmap`]. All or nothing.
+    fn map(&self, _addr: u64, _size: u64, _chunk: u64) -> Result<Vec<u64>, SourceError> {
         Err(SourceError::NOT_SUPPORTED)
     }
     /// Gives back the memory of one earlier [`DeviceSource::map`], whole.

@@ -199,8 +199,8 @@ impl DeviceSource for Source {
         self.virtual_call("address free", |v| v.unreserve(addr, size))
     }
 
-    fn map(&self, addr: u64, size: u64) -> Result<u64, SourceError> {
-        self.virtual_call("map", |v| v.map(addr, size))
+    fn map(&self, addr: u64, size: u64, chunk: u64) -> Result<Vec<u64>, SourceError> {
+        self.virtual_call("map", |v| v.map(addr, size, chunk))
     }
 
     fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {

@@ -105,31 +105,49 @@ impl Vmm {
         check(unsafe { (self.address_free)(addr, size as usize) })
     }
 
-    /// Creates `size` bytes of device memory and maps them read-write at `addr`; returns the
-    /// memory's handle. Undoes what it did when a step fails.
-    pub fn map(&self, addr: u64, size: u64) -> Result<u64, i32> {
-        let size = size as usize;
-        let mut handle = 0u64;
-        // SAFETY: valid out-pointer and prop.
-        check(unsafe { (self.create)(&mut handle, size, &self.prop(), 0) })?;
-        // SAFETY: `addr` lies in a reservation of ours with nothing mapped there.
-        if let Err(e) = check(unsafe { (self.map)(addr, size, 0, handle, 0) }) {
-            unsafe { (self.release)(handle) };
-            return Err(e);
-        }
-        let access = AccessDesc {
-            location: self.prop().location,
-            flags: ACCESS_READ_WRITE,
-        };
-        // SAFETY: the range was just mapped; one descriptor.
-        if let Err(e) = check(unsafe { (self.set_access)(addr, size, &access, 1) }) {
-            unsafe {
-                (self.unmap)(addr, size);
-                (self.release)(handle);
+    /// Creates device memory for `[addr, addr + size)` in pieces of `chunk` bytes, maps them
+    /// and makes the whole range read-write with one call (the costly one); returns each
+    /// piece's handle. Undoes what it did when a step fails.
+    pub fn map(&self, addr: u64, size: u64, chunk: u64) -> Result<Vec<u64>, i32> {
+        let mut handles: Vec<(u64, usize, u64)> = Vec::new();
+        let mut result = Ok(());
+        let mut at = addr;
+        while at < addr + size && result.is_ok() {
+            let n = chunk.min(addr + size - at) as usize;
+            let mut handle = 0u64;
+            // SAFETY: valid out-pointer and prop.
+            result = check(unsafe { (self.create)(&mut handle, n, &self.prop(), 0) });
+            if result.is_ok() {
+                // SAFETY: `at` lies in a reservation of ours with nothing mapped there.
+                result = check(unsafe { (self.map)(at, n, 0, handle, 0) });
+                if result.is_err() {
+                    unsafe { (self.release)(handle) };
+                } else {
+                    handles.push((at, n, handle));
+                }
             }
-            return Err(e);
+            at += n as u64;
         }
-        Ok(handle)
+        if result.is_ok() {
+            let access = AccessDesc {
+                location: self.prop().location,
+                flags: ACCESS_READ_WRITE,
+            };
+            // SAFETY: the range was just mapped, piece by piece; one descriptor.
+            result = check(unsafe { (self.set_access)(addr, size as usize, &access, 1) });
+        }
+        match result {
+            Ok(()) => Ok(handles.into_iter().map(|(_, _, h)| h).collect()),
+            Err(e) => {
+                for (at, n, handle) in handles {
+                    unsafe {
+                        (self.unmap)(at, n);
+                        (self.release)(handle);
+                    }
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Unmaps what [`Vmm::map`] mapped and gives its memory back.
