@@ -8,7 +8,7 @@
 # Usage: scripts/gpu-check.sh [--lib PATH_TO_librocmguard.so] [--quick] [driver options]
 #   --lib    the shim to test (default target/release/librocmguard.so)
 #   --quick  fewer steps and iterations: about 3 minutes instead of about 8 on an H100
-# Other options go to the driver as they are (--only 1,4  --budget SECONDS  --json PATH).
+# Other options go to the driver as they are (--only 1,4  --budget SECONDS  --json PATH  --set vmm=0).
 # Exit status: 0 when every check passed or was skipped, 1 when one failed, 2 when it could
 # not start.
 set -euo pipefail

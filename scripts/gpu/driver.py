@@ -8,7 +8,7 @@ know nothing of rocmguard; this driver is the only place that sets LD_PRELOAD an
 and reads the shim's stderr (its first-use line and its stats table at exit). Every figure in
 the report comes from one of those runs; a check that cannot run says SKIP and why.
 
-Usage: driver.py --lib PATH [--quick] [--json PATH] [--logs DIR] [--only 1,4] [--budget S]
+Usage: driver.py --lib PATH [--quick] [--json PATH] [--logs DIR] [--only 1,4] [--budget S] [--set KEY=VALUE]
 """
 
 import argparse
@@ -229,8 +229,10 @@ def launch(command, env, timeout, out_path, err_path):
 class Context:
     """What every check shares: the library, the mode, the time budget, the report."""
 
-    def __init__(self, lib, quick, logs, budget_s, python=sys.executable, launcher=None):
+    def __init__(self, lib, quick, logs, budget_s, python=sys.executable, launcher=None, settings=None):
         self.lib = str(Path(lib).resolve())
+        # ROCMGUARD_* settings for every run under the shim (--set), e.g. to compare vmm=0.
+        self.settings = settings or {}
         self.quick = quick
         self.logs = Path(logs)
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -254,6 +256,7 @@ class Context:
         env.update(FIXED_ENV)
         if shim:
             env.update({"LD_PRELOAD": self.lib, "ROCMGUARD_STATS": "1", "ROCMGUARD_LOG": "info"})
+            env.update(self.settings)
         if not caching:
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
         env.update(extra or {})
@@ -860,7 +863,21 @@ def main(argv=None):
         default=None,
         help="seconds for the whole run (default 500, quick 270); later runs are skipped past it",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a rocmguard setting for every run under the shim (vmm=0 sets ROCMGUARD_VMM=0); repeatable",
+    )
     args = p.parse_args(argv)
+    settings = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"gpu-check: --set {item}: write KEY=VALUE", file=sys.stderr)
+            return 2
+        settings["ROCMGUARD_" + key.upper().removeprefix("ROCMGUARD_")] = value
 
     json_path = Path(args.json or Path(os.environ.get("OUT") or ".") / "gpu-check.json")
     json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -869,7 +886,7 @@ def main(argv=None):
         print(f"gpu-check: {args.lib} does not exist (build it with `cargo build --release`)", file=sys.stderr)
         return 2
     budget = args.budget or (270 if args.quick else 500)
-    ctx = Context(args.lib, args.quick, logs, budget)
+    ctx = Context(args.lib, args.quick, logs, budget, settings=settings)
     ctx.on_change = lambda: save(ctx, json_path)
 
     meta = machine(ctx)
