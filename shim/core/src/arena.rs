@@ -70,6 +70,20 @@ impl Pages {
         runs
     }
 
+    /// Page-aligned addresses in `[addr, addr + len]` where a mapped stretch begins.
+    pub(crate) fn mapped_starts(&self, addr: u64, len: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        for p in self.range(addr, len + 1) {
+            let at = self.base + p as u64 * SEGMENT;
+            let starts =
+                self.pages[p].mapping != NIL && (p == 0 || self.pages[p - 1].mapping == NIL);
+            if starts && at > addr && at <= addr + len {
+                out.push(at);
+            }
+        }
+        out
+    }
+
     /// Whether every page under `[addr, addr + size)` is mapped.
     pub(crate) fn is_mapped(&self, addr: u64, size: u64) -> bool {
         self.range(addr, size).all(|p| self.pages[p].mapping != NIL)

@@ -288,6 +288,8 @@ impl<S: DeviceSource> Pool<S> {
                         .flatten()
                 });
             // Mapping memory costs device calls and memory: blocks in quarantine may do instead.
+            // A block that needs memory mapped may hold a stretch already mapped further in.
+            let found = found.map(|block| st.best_window(block, rounded));
             if let Some(block) = found {
                 if !synced && !st.is_backed(block, rounded) && st.stats.quarantined > 0 {
                     synced = true;
@@ -930,6 +932,65 @@ impl State {
 
     /// Hands out free block `i` for `rounded` bytes, splitting off the rest unless the block
     /// is oversize.
+    /// In free block `i` of a virtual segment, where `rounded` bytes need the least memory
+    /// mapped: at its start or where a mapped stretch inside it begins. Returns the free block
+    /// that starts there (split off `i` when it is not the start).
+    fn best_window(&mut self, i: u32, rounded: u64) -> u32 {
+        let (addr, size, seg) = {
+            let b = &self.blocks[i as usize];
+            (b.addr, b.size, b.seg)
+        };
+        let pages = match self.pages(seg) {
+            Some(p) => p,
+            None => return i,
+        };
+        let unmapped = |at: u64| -> u64 { pages.unmapped(at, rounded).iter().map(|r| r.1).sum() };
+        let mut best = (unmapped(addr), addr);
+        for at in pages.mapped_starts(addr, size - rounded) {
+            if best.0 == 0 {
+                break;
+            }
+            let u = unmapped(at);
+            if u < best.0 {
+                best = (u, at);
+            }
+        }
+        if best.1 == addr {
+            return i;
+        }
+        self.split_free(i, best.1 - addr)
+    }
+
+    /// Splits free block `i` after `offset` bytes; returns the second part.
+    fn split_free(&mut self, i: u32, offset: u64) -> u32 {
+        let kind = self.kind(i);
+        self.index[kind].remove(&mut self.blocks, i);
+        let (addr, size, seg, next) = {
+            let b = &self.blocks[i as usize];
+            (b.addr, b.size, b.seg, b.next)
+        };
+        let rest = self.new_block(Block {
+            addr: addr + offset,
+            size: size - offset,
+            requested: 0,
+            seg,
+            prev: i,
+            next,
+            link_prev: NIL,
+            link_next: NIL,
+            state: BlockState::Free,
+        });
+        if next != NIL {
+            self.blocks[next as usize].prev = rest;
+        }
+        let b = &mut self.blocks[i as usize];
+        b.next = rest;
+        b.size = offset;
+        self.index[kind].insert(&mut self.blocks, i);
+        self.index[kind].insert(&mut self.blocks, rest);
+        rest
+    }
+
     fn take(&mut self, i: u32, rounded: u64, requested: u64, oversize: u64) -> u64 {
         let kind = self.kind(i);
         self.index[kind].remove(&mut self.blocks, i);
