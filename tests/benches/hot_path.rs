@@ -1,6 +1,6 @@
 //! The pool's hot path: an alloc+free pair the pool can serve, single-threaded and on 8
-//! threads, next to the same pair made straight to the (counting) device. Prints the median
-//! nanoseconds per pair over batches.
+//! threads, with virtual segments (the default) and plain ones, next to the same pair made
+//! straight to the (counting) device. Prints the median nanoseconds per pair over batches.
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,16 +23,18 @@ fn pool_pairs(pool: &Pool<CountingSource>, sizes: &[u64]) -> f64 {
     start.elapsed().as_nanos() as f64 / PAIRS as f64
 }
 
-fn main() {
-    let device = 64u64 << 30;
-    let sizes = [512u64, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
+/// Median ns per pair on one thread and on 8, and the pool's stats after.
+fn measure(vmm: bool, device: u64, sizes: [u64; 6]) -> (f64, f64, rocmguard_core::Stats) {
+    let config = Config {
+        vmm,
+        ..Config::default()
+    };
     let pool = Arc::new(Pool::new(
         CountingSource::new(device),
-        PoolOptions::from_config(&Config::default(), device),
+        PoolOptions::from_config(&config, device),
     ));
     pool_pairs(&pool, &sizes);
     let single = median((0..BATCHES).map(|_| pool_pairs(&pool, &sizes)).collect());
-
     let threaded = median(
         (0..BATCHES)
             .map(|_| {
@@ -50,6 +52,27 @@ fn main() {
             })
             .collect(),
     );
+    (single, threaded, pool.stats())
+}
+
+fn main() {
+    let device = 64u64 << 30;
+    let sizes = [512u64, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
+    for (vmm, name) in [(true, "virtual segments"), (false, "plain segments")] {
+        let (single, threaded, s) = measure(vmm, device, sizes);
+        println!(
+            "pooled alloc+free pair, 1 thread, {}:   {:>7.1} ns (median of {} x {} pairs)",
+            name, single, BATCHES, PAIRS
+        );
+        println!(
+            "pooled alloc+free pair, 8 threads, {}:  {:>7.1} ns wall per pair (all threads together)",
+            name, threaded
+        );
+        println!(
+            "  pool hits {} of {} allocs, {} device allocs, {} synchronizes",
+            s.pool_hits, s.allocs, s.source_allocs, s.syncs
+        );
+    }
 
     let source = CountingSource::new(device);
     let direct = median(
@@ -65,21 +88,8 @@ fn main() {
             })
             .collect(),
     );
-    let s = pool.stats();
-    println!(
-        "pooled alloc+free pair, 1 thread:   {:>7.1} ns (median of {} x {} pairs)",
-        single, BATCHES, PAIRS
-    );
-    println!(
-        "pooled alloc+free pair, 8 threads:  {:>7.1} ns wall per pair (all threads together)",
-        threaded
-    );
     println!(
         "counting device alone, 1 thread:    {:>7.1} ns (baseline: no pool)",
         direct
-    );
-    println!(
-        "pool hits {} of {} allocs, {} device allocs, {} synchronizes",
-        s.pool_hits, s.allocs, s.source_allocs, s.syncs
     );
 }

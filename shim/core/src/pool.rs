@@ -288,8 +288,6 @@ impl<S: DeviceSource> Pool<S> {
                         .flatten()
                 });
             // Mapping memory costs device calls and memory: blocks in quarantine may do instead.
-            // A block that needs memory mapped may hold a stretch already mapped further in.
-            let found = found.map(|block| st.best_window(block, rounded));
             if let Some(block) = found {
                 if !synced && !st.is_backed(block, rounded) && st.stats.quarantined > 0 {
                     synced = true;
@@ -297,6 +295,8 @@ impl<S: DeviceSource> Pool<S> {
                     continue;
                 }
             }
+            // A block that needs memory mapped may hold a stretch already mapped further in.
+            let found = found.map(|block| st.best_window(block, rounded));
             let error = match found {
                 Some(block) => match self.back(&mut st, block, rounded) {
                     Ok(called) => {
@@ -932,8 +932,8 @@ impl State {
 
     /// Hands out free block `i` for `rounded` bytes, splitting off the rest unless the block
     /// is oversize.
-    /// In free block `i` of a virtual segment, where `rounded` bytes need the least memory
-    /// mapped: at its start or where a mapped stretch inside it begins. Returns the free block
+    /// In free block `i` of a virtual segment, where `rounded` bytes (a large request) need the
+    /// least memory mapped: at its start or where a mapped stretch inside it begins. Returns the free block
     /// that starts there (split off `i` when it is not the start).
     fn best_window(&mut self, i: u32, rounded: u64) -> u32 {
         let (addr, size, seg) = {
@@ -944,6 +944,10 @@ impl State {
             Some(p) => p,
             None => return i,
         };
+        // Small requests map a page or two; looking for a better place costs more than that.
+        if rounded <= MEDIUM_REQUEST || pages.is_mapped(addr, rounded) {
+            return i;
+        }
         let unmapped = |at: u64| -> u64 { pages.unmapped(at, rounded).iter().map(|r| r.1).sum() };
         let mut best = (unmapped(addr), addr);
         for at in pages.mapped_starts(addr, size - rounded) {
