@@ -70,18 +70,9 @@ impl Pages {
         runs
     }
 
-    /// Page-aligned addresses in `[addr, addr + len]` where a mapped stretch begins.
-    pub(crate) fn mapped_starts(&self, addr: u64, len: u64) -> Vec<u64> {
-        let mut out = Vec::new();
-        for p in self.range(addr, len + 1) {
-            let at = self.base + p as u64 * SEGMENT;
-            let starts =
-                self.pages[p].mapping != NIL && (p == 0 || self.pages[p - 1].mapping == NIL);
-            if starts && at > addr && at <= addr + len {
-                out.push(at);
-            }
-        }
-        out
+    /// Whether the page just below `at` (page-aligned) is unmapped or outside the segment.
+    pub(crate) fn unmapped_below(&self, at: u64) -> bool {
+        at == self.base || self.pages[((at - self.base) / SEGMENT) as usize - 1].mapping == NIL
     }
 
     /// Whether every page under `[addr, addr + size)` is mapped.
@@ -179,6 +170,21 @@ impl Mappings {
             .filter(|(_, m)| m.busy == 0)
             .map(|(i, _)| i as u32)
             .collect()
+    }
+
+    /// Addresses in `(addr, addr + len]` of segment `seg` where a stretch of mapped pages
+    /// begins (a mapping with nothing mapped just below it).
+    pub(crate) fn stretch_starts(&self, pages: &Pages, seg: u32, addr: u64, len: u64) -> Vec<u64> {
+        let mut out: Vec<u64> = self
+            .runs
+            .iter()
+            .flatten()
+            .filter(|m| m.seg == seg && m.addr > addr && m.addr <= addr + len)
+            .filter(|m| pages.unmapped_below(m.addr))
+            .map(|m| m.addr)
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     pub(crate) fn is_empty(&self) -> bool {

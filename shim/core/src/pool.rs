@@ -950,7 +950,10 @@ impl State {
         }
         let unmapped = |at: u64| -> u64 { pages.unmapped(at, rounded).iter().map(|r| r.1).sum() };
         let mut best = (unmapped(addr), addr);
-        for at in pages.mapped_starts(addr, size - rounded) {
+        for at in self
+            .mappings
+            .stretch_starts(pages, seg, addr, size - rounded)
+        {
             if best.0 == 0 {
                 break;
             }
