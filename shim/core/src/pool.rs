@@ -574,18 +574,8 @@ impl<S: DeviceSource> Pool<S> {
         need: u64,
         keep_range: Option<(u64, u64)>,
     ) -> Result<(), AllocError> {
+        self.trim_before_growth(st, need, need, keep_range);
         let cap = st.stats.cap;
-        let threshold = (self.options.trim_threshold * cap as f64) as u64;
-        let limit = st
-            .stats
-            .peak_reserved
-            .max(need)
-            .min(threshold.max(need))
-            .min(cap);
-        if st.stats.reserved + st.stats.external + need > limit {
-            let keep = limit.saturating_sub(st.stats.external + need);
-            self.trim_locked(st, keep, keep_range);
-        }
         if need > cap.saturating_sub(st.stats.reserved + st.stats.external) {
             return Err(AllocError::OverCap);
         }
@@ -596,6 +586,30 @@ impl<S: DeviceSource> Pool<S> {
             }
         }
         Ok(())
+    }
+
+    /// Before taking `grow` more bytes from the device (of which `need` are indispensable),
+    /// gives back cached memory, except under `keep_range`, where keeping it would set a new
+    /// peak or pass the trim threshold or the cap.
+    fn trim_before_growth(
+        &self,
+        st: &mut State,
+        need: u64,
+        grow: u64,
+        keep_range: Option<(u64, u64)>,
+    ) {
+        let cap = st.stats.cap;
+        let threshold = (self.options.trim_threshold * cap as f64) as u64;
+        let limit = st
+            .stats
+            .peak_reserved
+            .max(need)
+            .min(threshold.max(need))
+            .min(cap);
+        if st.stats.reserved + st.stats.external + grow > limit {
+            let keep = limit.saturating_sub(st.stats.external + grow);
+            self.trim_locked(st, keep, keep_range);
+        }
     }
 
     /// A new virtual segment big enough for the whole cap (up to [`VIRTUAL_SEGMENT`]) and for
@@ -637,20 +651,8 @@ impl<S: DeviceSource> Pool<S> {
         } else {
             preferred
         };
+        self.trim_before_growth(st, minimal, preferred, None);
         let cap = st.stats.cap;
-        let threshold = (self.options.trim_threshold * cap as f64) as u64;
-        // Cached segments that could not serve this request go back first where keeping them
-        // would set a new peak, pass the trim threshold or the cap.
-        let limit = st
-            .stats
-            .peak_reserved
-            .max(minimal)
-            .min(threshold.max(minimal))
-            .min(cap);
-        if st.stats.reserved + st.stats.external + preferred > limit {
-            let keep = limit.saturating_sub(st.stats.external + preferred);
-            self.trim_locked(st, keep, None);
-        }
         let room = cap.saturating_sub(st.stats.reserved + st.stats.external);
         let mut size = if preferred <= room {
             preferred
@@ -972,6 +974,15 @@ impl State {
     fn split_free(&mut self, i: u32, offset: u64) -> u32 {
         let kind = self.kind(i);
         self.index[kind].remove(&mut self.blocks, i);
+        let rest = self.carve(i, offset);
+        self.index[kind].insert(&mut self.blocks, i);
+        self.index[kind].insert(&mut self.blocks, rest);
+        rest
+    }
+
+    /// Cuts block `i` (out of the index) after `offset` bytes; returns the second part, free and
+    /// not yet in the index.
+    fn carve(&mut self, i: u32, offset: u64) -> u32 {
         let (addr, size, seg, next) = {
             let b = &self.blocks[i as usize];
             (b.addr, b.size, b.seg, b.next)
@@ -993,36 +1004,18 @@ impl State {
         let b = &mut self.blocks[i as usize];
         b.next = rest;
         b.size = offset;
-        self.index[kind].insert(&mut self.blocks, i);
-        self.index[kind].insert(&mut self.blocks, rest);
         rest
     }
 
     fn take(&mut self, i: u32, rounded: u64, requested: u64, oversize: u64) -> u64 {
         let kind = self.kind(i);
         self.index[kind].remove(&mut self.blocks, i);
-        let (addr, size, seg, next) = {
+        let (addr, size, seg) = {
             let b = &self.blocks[i as usize];
-            (b.addr, b.size, b.seg, b.next)
+            (b.addr, b.size, b.seg)
         };
         if size - rounded >= GRANULE && (size < oversize || self.pages(seg).is_some()) {
-            let rest = self.new_block(Block {
-                addr: addr + rounded,
-                size: size - rounded,
-                requested: 0,
-                seg,
-                prev: i,
-                next,
-                link_prev: NIL,
-                link_next: NIL,
-                state: BlockState::Free,
-            });
-            if next != NIL {
-                self.blocks[next as usize].prev = rest;
-            }
-            let b = &mut self.blocks[i as usize];
-            b.next = rest;
-            b.size = rounded;
+            let rest = self.carve(i, rounded);
             self.index[kind].insert(&mut self.blocks, rest);
         }
         let b = &mut self.blocks[i as usize];

@@ -6,8 +6,8 @@ use std::ffi::{c_int, c_void};
 
 use crate::guard::{Api, Face, GetDeviceFn, Guard, SetDeviceFn, SUCCESS, SYMBOL_NOT_FOUND};
 use crate::hooks::hooks;
-use crate::resolve::Real;
-use crate::vmm::{self, Vmm};
+use crate::resolve::{Real, VirtualMemory};
+use crate::vmm::Vmm;
 
 pub type Stream = *mut c_void;
 pub type MemPool = *mut c_void;
@@ -28,15 +28,16 @@ static GET_ATTRIBUTE: Real<unsafe extern "C" fn(*mut c_int, c_int, c_int) -> i32
 /// runtime; the prefix keeps `libcudart` out).
 const DRIVER: &[&str] = &["libcuda.so"];
 
-static GRANULARITY: Real<vmm::GranularityFn> =
-    Real::new(c"cuMemGetAllocationGranularity", c"", DRIVER);
-static RESERVE: Real<vmm::ReserveFn> = Real::new(c"cuMemAddressReserve", c"", DRIVER);
-static ADDRESS_FREE: Real<vmm::RangeFn> = Real::new(c"cuMemAddressFree", c"", DRIVER);
-static CREATE: Real<vmm::CreateFn> = Real::new(c"cuMemCreate", c"", DRIVER);
-static RELEASE: Real<vmm::ReleaseFn> = Real::new(c"cuMemRelease", c"", DRIVER);
-static MAP: Real<vmm::MapFn> = Real::new(c"cuMemMap", c"", DRIVER);
-static UNMAP: Real<vmm::RangeFn> = Real::new(c"cuMemUnmap", c"", DRIVER);
-static SET_ACCESS: Real<vmm::SetAccessFn> = Real::new(c"cuMemSetAccess", c"", DRIVER);
+static VIRTUAL_MEMORY: VirtualMemory = VirtualMemory {
+    granularity: Real::new(c"cuMemGetAllocationGranularity", c"", DRIVER),
+    reserve: Real::new(c"cuMemAddressReserve", c"", DRIVER),
+    address_free: Real::new(c"cuMemAddressFree", c"", DRIVER),
+    create: Real::new(c"cuMemCreate", c"", DRIVER),
+    release: Real::new(c"cuMemRelease", c"", DRIVER),
+    map: Real::new(c"cuMemMap", c"", DRIVER),
+    unmap: Real::new(c"cuMemUnmap", c"", DRIVER),
+    set_access: Real::new(c"cuMemSetAccess", c"", DRIVER),
+};
 
 static FACE: Face = Face {
     name: "CUDA",
@@ -48,17 +49,7 @@ static FACE: Face = Face {
 /// The driver's virtual memory for `device` (what `expandable_segments` uses), if it maps at a
 /// granularity that divides 2 MiB. Called after a runtime call, so the driver is loaded.
 fn virtual_memory(device: c_int) -> Option<Vmm> {
-    let v = Vmm {
-        device,
-        reserve: RESERVE.get()?,
-        address_free: ADDRESS_FREE.get()?,
-        create: CREATE.get()?,
-        release: RELEASE.get()?,
-        map: MAP.get()?,
-        unmap: UNMAP.get()?,
-        set_access: SET_ACCESS.get()?,
-    };
-    v.fits_pages(GRANULARITY.get()?).then_some(v)
+    VIRTUAL_MEMORY.for_device(device)
 }
 
 pub static CUDA: Guard = Guard::new(&FACE);

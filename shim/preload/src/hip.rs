@@ -5,8 +5,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 use crate::guard::{self, Api, Face, GetDeviceFn, Guard, SetDeviceFn, SUCCESS, SYMBOL_NOT_FOUND};
 use crate::hooks::hooks;
-use crate::resolve::Real;
-use crate::vmm::{self, Vmm};
+use crate::resolve::{Real, VirtualMemory};
+use crate::vmm::Vmm;
 
 /// File names the HIP runtime goes by (`libamdhip64.so`, `.so.5|6|7`).
 pub const LIBS: &[&str] = &["libamdhip64"];
@@ -22,15 +22,16 @@ const FIRST_VIRTUAL_MEMORY_VERSION: c_int = 60_000_000;
 
 static RUNTIME_VERSION: Real<unsafe extern "C" fn(*mut c_int) -> i32> =
     Real::new(c"hipRuntimeGetVersion", c"hip_4.2", LIBS);
-static GRANULARITY: Real<vmm::GranularityFn> =
-    Real::new(c"hipMemGetAllocationGranularity", c"hip_5.1", LIBS);
-static RESERVE: Real<vmm::ReserveFn> = Real::new(c"hipMemAddressReserve", c"hip_5.1", LIBS);
-static ADDRESS_FREE: Real<vmm::RangeFn> = Real::new(c"hipMemAddressFree", c"hip_5.1", LIBS);
-static CREATE: Real<vmm::CreateFn> = Real::new(c"hipMemCreate", c"hip_5.1", LIBS);
-static RELEASE: Real<vmm::ReleaseFn> = Real::new(c"hipMemRelease", c"hip_5.1", LIBS);
-static MAP: Real<vmm::MapFn> = Real::new(c"hipMemMap", c"hip_5.1", LIBS);
-static UNMAP: Real<vmm::RangeFn> = Real::new(c"hipMemUnmap", c"hip_5.1", LIBS);
-static SET_ACCESS: Real<vmm::SetAccessFn> = Real::new(c"hipMemSetAccess", c"hip_5.1", LIBS);
+static VIRTUAL_MEMORY: VirtualMemory = VirtualMemory {
+    granularity: Real::new(c"hipMemGetAllocationGranularity", c"hip_5.1", LIBS),
+    reserve: Real::new(c"hipMemAddressReserve", c"hip_5.1", LIBS),
+    address_free: Real::new(c"hipMemAddressFree", c"hip_5.1", LIBS),
+    create: Real::new(c"hipMemCreate", c"hip_5.1", LIBS),
+    release: Real::new(c"hipMemRelease", c"hip_5.1", LIBS),
+    map: Real::new(c"hipMemMap", c"hip_5.1", LIBS),
+    unmap: Real::new(c"hipMemUnmap", c"hip_5.1", LIBS),
+    set_access: Real::new(c"hipMemSetAccess", c"hip_5.1", LIBS),
+};
 
 /// HIP's virtual memory for `device`: ROCm 6 or later (the struct layout we pass), the device
 /// says it supports it, and it maps at a granularity that divides 2 MiB.
@@ -47,17 +48,7 @@ fn virtual_memory(device: c_int) -> Option<Vmm> {
             return None;
         }
     }
-    let v = Vmm {
-        device,
-        reserve: RESERVE.get()?,
-        address_free: ADDRESS_FREE.get()?,
-        create: CREATE.get()?,
-        release: RELEASE.get()?,
-        map: MAP.get()?,
-        unmap: UNMAP.get()?,
-        set_access: SET_ACCESS.get()?,
-    };
-    v.fits_pages(GRANULARITY.get()?).then_some(v)
+    VIRTUAL_MEMORY.for_device(device)
 }
 
 include!("hip_hooks.rs");

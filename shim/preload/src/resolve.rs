@@ -7,6 +7,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::vmm::{self, Vmm};
+
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
 static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
@@ -153,4 +155,34 @@ pub fn loaded_objects(prefixes: &[&str]) -> Vec<String> {
     // SAFETY: the callback only reads the entries it is given.
     unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
     search.found
+}
+
+/// A runtime's virtual memory functions, found like the others (see [`crate::vmm`]).
+pub struct VirtualMemory {
+    pub granularity: Real<vmm::GranularityFn>,
+    pub reserve: Real<vmm::ReserveFn>,
+    pub address_free: Real<vmm::RangeFn>,
+    pub create: Real<vmm::CreateFn>,
+    pub release: Real<vmm::ReleaseFn>,
+    pub map: Real<vmm::MapFn>,
+    pub unmap: Real<vmm::RangeFn>,
+    pub set_access: Real<vmm::SetAccessFn>,
+}
+
+impl VirtualMemory {
+    /// The functions for `device`, if all are there and the device maps at a granularity that
+    /// divides the pool's 2 MiB pages.
+    pub fn for_device(&self, device: c_int) -> Option<Vmm> {
+        let v = Vmm {
+            device,
+            reserve: self.reserve.get()?,
+            address_free: self.address_free.get()?,
+            create: self.create.get()?,
+            release: self.release.get()?,
+            map: self.map.get()?,
+            unmap: self.unmap.get()?,
+            set_access: self.set_access.get()?,
+        };
+        v.fits_pages(self.granularity.get()?).then_some(v)
+    }
 }
