@@ -471,6 +471,20 @@ fn self_test_on_the_simulator() {
         "{}",
         detail
     );
+    assert!(detail.contains("; virtual segments"), "{}", detail);
+    let (status, detail, _) = self_test("rx5600xt", &[("HIPSIM_VMM", "0")], &sim);
+    assert_eq!(status, "ok", "{}", detail);
+    assert!(
+        detail.contains("plain segments (the device offers no virtual memory)"),
+        "{}",
+        detail
+    );
+    let (_, detail, _) = self_test("rx5600xt", &[("ROCMGUARD_VMM", "0")], &sim);
+    assert!(
+        detail.contains("plain segments (ROCMGUARD_VMM=0)"),
+        "{}",
+        detail
+    );
 
     let (status, detail, fix) = self_test("rx5600xt", &[("ROCMGUARD_DISABLE", "1")], &sim);
     assert_eq!(status, "warn", "{}", detail);

@@ -934,12 +934,22 @@ fn judge(ctx: &Context, report: &Result<Report, String>) -> (Status, String, Opt
             )
         })
         .unwrap_or_default();
+    let segments = if !config(ctx).vmm {
+        "plain segments (ROCMGUARD_VMM=0)"
+    } else if r.runtime_version.unwrap_or(0) < probe::FIRST_VIRTUAL_MEMORY_VERSION {
+        "plain segments (virtual memory needs HIP 6.0 or later)"
+    } else if r.virtual_memory.unwrap_or(0) == 0 {
+        "plain segments (the device offers no virtual memory)"
+    } else {
+        "virtual segments (the device offers virtual memory)"
+    };
     let detail = format!(
-        "{} over {}: {}hipMalloc/hipFree of {} passed",
+        "{} over {}: {}hipMalloc/hipFree of {} passed; {}",
         guard,
         runtime,
         memory,
-        format_size(PROBE_BYTES as u64)
+        format_size(PROBE_BYTES as u64),
+        segments
     );
     match &r.malloc_from {
         Some(file) if !file.contains(LIB_NAME) => (

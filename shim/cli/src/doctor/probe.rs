@@ -38,7 +38,15 @@ pub struct Report {
     pub malloc_from: Option<String>,
     pub guard_version: Option<String>,
     pub guard_active: Option<i32>,
+    /// `hipDeviceAttributeVirtualMemoryManagementSupported` of device 0.
+    #[serde(default)]
+    pub virtual_memory: Option<i32>,
 }
+
+/// `hipDeviceAttributeVirtualMemoryManagementSupported` (ROCm 6).
+const ATTRIBUTE_VIRTUAL_MEMORY: c_int = 89;
+/// ROCm 6.0's `HIP_VERSION`, from which rocmguard uses virtual memory.
+pub const FIRST_VIRTUAL_MEMORY_VERSION: i32 = 60_000_000;
 
 /// Bytes the probe allocates: one pool segment.
 pub const PROBE_BYTES: usize = 2 << 20;
@@ -53,6 +61,7 @@ pub fn exec(_args: Args) -> anyhow::Result<u8> {
 }
 
 type HipGetInt = unsafe extern "C" fn(*mut c_int) -> c_int;
+type HipGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
 type HipMemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
 type HipMalloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
 type HipFree = unsafe extern "C" fn(*mut c_void) -> c_int;
@@ -102,6 +111,12 @@ pub fn probe() -> Report {
         report.device_count = Some((err, n));
         if err != 0 || n == 0 {
             return report;
+        }
+    }
+    if let Some(f) = symbol::<HipGetAttribute>("hipDeviceGetAttribute") {
+        let mut v = 0;
+        if unsafe { f(&mut v, ATTRIBUTE_VIRTUAL_MEMORY, 0) } == 0 {
+            report.virtual_memory = Some(v);
         }
     }
     if let Some(f) = symbol::<HipMemGetInfo>("hipMemGetInfo") {
