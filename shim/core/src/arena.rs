@@ -22,7 +22,7 @@ pub(crate) struct Pages {
     pages: Vec<Page>,
 }
 
-/// One run of pages mapped by one device call, released whole.
+/// One piece of device memory mapped at a run of pages, given back whole.
 pub(crate) struct Mapping {
     pub addr: u64,
     pub size: u64,

@@ -542,16 +542,13 @@ impl<S: DeviceSource> Pool<S> {
             let b = &st.blocks[block as usize];
             (b.addr, b.seg)
         };
-        let need: u64 = match st.pages(seg) {
-            Some(pages) if !pages.is_mapped(addr, rounded) => {
-                pages.unmapped(addr, rounded).iter().map(|r| r.1).sum()
-            }
+        let runs = match st.pages(seg) {
+            Some(pages) if !pages.is_mapped(addr, rounded) => pages.unmapped(addr, rounded),
             _ => return Ok(false),
         };
+        // The trim keeps what lies under the block, so these runs stay the ones to map.
+        let need = runs.iter().map(|r| r.1).sum();
         self.make_room(st, need, Some((addr, rounded)))?;
-        let runs = st
-            .pages(seg)
-            .map_or(Vec::new(), |p| p.unmapped(addr, rounded));
         for (addr, size) in runs {
             let tokens = self
                 .source
@@ -620,8 +617,8 @@ impl<S: DeviceSource> Pool<S> {
         Some(st.add_segment(addr, size, false, Some(Pages::new(addr, size))))
     }
 
-    /// After the device refused to map into virtual segments before ever mapping one (some
-    /// reserve address space but cannot back it): plain segments from now on.
+    /// After the device refused to reserve, or to map into virtual segments before ever mapping
+    /// one (some reserve address space but cannot back it): plain segments from now on.
     fn give_up_virtual_memory(&self, st: &mut State) {
         st.virtual_memory = false;
         self.release_address_space(st);
@@ -632,7 +629,7 @@ impl<S: DeviceSource> Pool<S> {
         if st.virtual_memory {
             match self.grow_virtual(st, rounded) {
                 Some(block) => return Ok(block),
-                None => st.virtual_memory = false,
+                None => self.give_up_virtual_memory(st),
             }
         }
         let small = rounded <= SMALL_REQUEST;
@@ -699,7 +696,7 @@ impl<S: DeviceSource> Pool<S> {
                         _ => return,
                     }
                 }
-                None => st.virtual_memory = false,
+                None => self.give_up_virtual_memory(st),
             }
         }
         let mut left = warmup;
@@ -866,17 +863,19 @@ impl State {
             u64::MAX
         };
         self.index[kind].find(&self.blocks, rounded, |b| {
-            let pages = self.pages(b.seg);
-            let splits = b.size < oversize || pages.is_some();
+            let splits = b.size < oversize || self.pages(b.seg).is_some();
             (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
                 && b.size - rounded <= slack
-                && (!backed || pages.map_or(true, |p| p.is_mapped(b.addr, rounded)))
+                && (!backed || self.backs(b, rounded))
         })
     }
 
     /// Whether the first `rounded` bytes of free block `block` have device memory behind them.
     fn is_backed(&self, block: u32, rounded: u64) -> bool {
-        let b = &self.blocks[block as usize];
+        self.backs(&self.blocks[block as usize], rounded)
+    }
+
+    fn backs(&self, b: &Block, rounded: u64) -> bool {
         self.pages(b.seg)
             .map_or(true, |p| p.is_mapped(b.addr, rounded))
     }
@@ -932,8 +931,6 @@ impl State {
         m
     }
 
-    /// Hands out free block `i` for `rounded` bytes, splitting off the rest unless the block
-    /// is oversize.
     /// In free block `i` of a virtual segment, where `rounded` bytes (a large request) need the
     /// least memory mapped: at its start or where a mapped stretch inside it begins. Returns the free block
     /// that starts there (split off `i` when it is not the start).
@@ -1007,6 +1004,8 @@ impl State {
         rest
     }
 
+    /// Hands out free block `i` for `rounded` bytes, splitting off the rest unless the block
+    /// is oversize.
     fn take(&mut self, i: u32, rounded: u64, requested: u64, oversize: u64) -> u64 {
         let kind = self.kind(i);
         self.index[kind].remove(&mut self.blocks, i);

@@ -89,20 +89,17 @@ impl Source {
         let mut current = self.device;
         // SAFETY: real runtime calls with valid out-pointers.
         let before = unsafe {
+            let before = (self.api.peek_last_error)();
             (self.api.get_device)(&mut current);
             (self.api.set_device)(self.device);
-            (self.api.peek_last_error)()
+            before
         };
         let r = f(vmm);
         if current != self.device {
             unsafe { (self.api.set_device)(current) };
         }
         r.map_err(|code| {
-            PENDING_BEFORE.with(|c| {
-                if c.get().is_none() {
-                    c.set(Some(before));
-                }
-            });
+            keep_pending(before);
             if code != OUT_OF_MEMORY && !VMM_WARNED.swap(true, Ordering::Relaxed) {
                 log::warn(format_args!(
                     "dev{}: virtual memory {} failed with code {}; plain segments from now on where it matters",
@@ -128,6 +125,16 @@ impl Source {
     }
 }
 
+/// Remembers the error that was pending before the first failed device call of ours in this
+/// hook, so that a recovery can restore it.
+fn keep_pending(before: i32) {
+    PENDING_BEFORE.with(|c| {
+        if c.get().is_none() {
+            c.set(Some(before));
+        }
+    });
+}
+
 fn source_error(code: i32) -> SourceError {
     SourceError {
         code,
@@ -142,11 +149,7 @@ impl DeviceSource for Source {
         let before = unsafe { (self.api.peek_last_error)() };
         let code = unsafe { (self.api.malloc)(&mut p, size as usize) };
         if code != SUCCESS {
-            PENDING_BEFORE.with(|c| {
-                if c.get().is_none() {
-                    c.set(Some(before));
-                }
-            });
+            keep_pending(before);
             return Err(source_error(code));
         }
         Ok(p as u64)
