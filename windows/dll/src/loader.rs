@@ -185,6 +185,22 @@ fn guard_started(info: &win::ProcessInformation, flags: u32) {
     }
 }
 
+/// Starts a child with `create` (`CreateProcessA` or `W`, given the creation flags): suspended
+/// and guarded before it runs when it should be, as asked otherwise.
+unsafe fn create_guarded(
+    flags: u32,
+    information: *mut win::ProcessInformation,
+    create: impl FnOnce(u32) -> i32,
+) -> i32 {
+    let guard = !information.is_null() && guard_child(flags);
+    let extra = if guard { win::CREATE_SUSPENDED } else { 0 };
+    let ok = create(flags | extra);
+    if ok != 0 && guard {
+        guard_started(&*information, flags);
+    }
+    ok
+}
+
 /// `CreateProcessA`, with the child guarded.
 #[allow(clippy::too_many_arguments)]
 unsafe extern "system" fn create_process_a(
@@ -199,24 +215,20 @@ unsafe extern "system" fn create_process_a(
     startup_info: *mut c_void,
     information: *mut win::ProcessInformation,
 ) -> i32 {
-    let guard = !information.is_null() && guard_child(flags);
-    let extra = if guard { win::CREATE_SUSPENDED } else { 0 };
-    let ok = win::CreateProcessA(
-        application,
-        command_line,
-        process_attributes,
-        thread_attributes,
-        inherit_handles,
-        flags | extra,
-        environment,
-        current_directory,
-        startup_info,
-        information,
-    );
-    if ok != 0 && guard {
-        guard_started(&*information, flags);
-    }
-    ok
+    create_guarded(flags, information, |flags| {
+        win::CreateProcessA(
+            application,
+            command_line,
+            process_attributes,
+            thread_attributes,
+            inherit_handles,
+            flags,
+            environment,
+            current_directory,
+            startup_info,
+            information,
+        )
+    })
 }
 
 /// `CreateProcessW`, with the child guarded.
@@ -233,22 +245,18 @@ unsafe extern "system" fn create_process_w(
     startup_info: *mut c_void,
     information: *mut win::ProcessInformation,
 ) -> i32 {
-    let guard = !information.is_null() && guard_child(flags);
-    let extra = if guard { win::CREATE_SUSPENDED } else { 0 };
-    let ok = win::CreateProcessW(
-        application,
-        command_line,
-        process_attributes,
-        thread_attributes,
-        inherit_handles,
-        flags | extra,
-        environment,
-        current_directory,
-        startup_info,
-        information,
-    );
-    if ok != 0 && guard {
-        guard_started(&*information, flags);
-    }
-    ok
+    create_guarded(flags, information, |flags| {
+        win::CreateProcessW(
+            application,
+            command_line,
+            process_attributes,
+            thread_attributes,
+            inherit_handles,
+            flags,
+            environment,
+            current_directory,
+            startup_info,
+            information,
+        )
+    })
 }
