@@ -287,6 +287,15 @@ impl Config {
         (config, warnings)
     }
 
+    /// Reads the configuration from this process's environment, as [`Config::from_vars`] does
+    /// (variables whose name or value is not Unicode cannot be ours and are skipped).
+    pub fn from_env() -> (Config, Vec<String>) {
+        Config::from_vars(
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+        )
+    }
+
     /// Sets one key by name; a bad name or value adds a warning and changes nothing.
     pub fn apply(&mut self, name: &str, value: &str, origin: &str, warnings: &mut Vec<String>) {
         match KEYS.iter().find(|k| k.name == name) {

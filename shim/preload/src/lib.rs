@@ -32,10 +32,7 @@ static DEGRADED: AtomicBool = AtomicBool::new(false);
 /// The configuration, read once from the environment at first use (never in a constructor).
 pub(crate) fn config() -> Option<&'static Config> {
     Some(CONFIG.get_or_init(|| {
-        let (config, warnings) = Config::from_vars(
-            std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
-        );
+        let (config, warnings) = Config::from_env();
         log::init(&config, &warnings);
         if config.disable {
             log::warn(format_args!(

@@ -50,10 +50,7 @@ static HOOK_FAILURE_SAID: AtomicBool = AtomicBool::new(false);
 /// The configuration, read once from the environment (at attach, or at first use).
 pub(crate) fn config() -> Option<&'static Config> {
     Some(CONFIG.get_or_init(|| {
-        let (config, warnings) = Config::from_vars(
-            std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
-        );
+        let (config, warnings) = Config::from_env();
         log::init(&config, &warnings);
         if config.disable {
             log::warn(format_args!(
