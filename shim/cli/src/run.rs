@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Result};
+use rocmguard_core::config::find_key;
 
 use profiles::Catalog;
 
@@ -94,15 +95,11 @@ pub fn exec(args: Args) -> Result<u8> {
         }
     }
     for (name, value) in &args.keys.values {
-        let key = keys::find_key(name).map_err(anyhow::Error::msg)?;
-        set(
-            key.var(),
-            value.clone(),
-            format!("--{}", keys::option_name(key)),
-        );
+        let key = find_key(name).map_err(anyhow::Error::msg)?;
+        set(key.var(), value.clone(), format!("--{}", key.option_name()));
     }
     for (name, value) in &args.set {
-        let key = keys::find_key(name).map_err(anyhow::Error::msg)?;
+        let key = find_key(name).map_err(anyhow::Error::msg)?;
         set(key.var(), value.clone(), "--set".to_string());
     }
     if !args.profile.is_empty() {

@@ -54,11 +54,63 @@ pub struct Key {
     set: fn(&mut Config, &str) -> Result<(), String>,
 }
 
+/// Options whose name is not the key's: `--cap` is what people say for a VRAM limit.
+const ALIASES: &[(&str, &str)] = &[("vram_limit", "cap")];
+
 impl Key {
     /// The environment variable that sets this key.
     pub fn var(&self) -> String {
         format!("ROCMGUARD_{}", self.name.to_ascii_uppercase())
     }
+
+    /// Its command-line option (without the dashes): `cap` for `vram_limit`, `trim-threshold`
+    /// for `trim_threshold`.
+    pub fn option_name(&self) -> String {
+        ALIASES
+            .iter()
+            .find(|(name, _)| *name == self.name)
+            .map_or_else(
+                || self.name.replace('_', "-"),
+                |(_, alias)| alias.to_string(),
+            )
+    }
+
+    /// Checks `value` with the setter the guard uses; the error says why.
+    pub fn check(&self, value: &str) -> Result<(), String> {
+        (self.set)(&mut Config::default(), value)
+    }
+
+    /// A key that reads `yes` and `no` as two different settings and refuses other words is a
+    /// switch: `--stats` alone means `--stats=1`.
+    pub fn is_switch(&self) -> bool {
+        let setting = |value: &str| {
+            let mut config = Config::default();
+            let ok = (self.set)(&mut config, value).is_ok();
+            (config, ok)
+        };
+        let (yes, yes_ok) = setting("yes");
+        let (no, no_ok) = setting("no");
+        let (_, other_ok) = setting("sometimes");
+        yes_ok && no_ok && !other_ok && yes != no
+    }
+}
+
+/// Finds a key as people may write it: `trim_threshold`, `trim-threshold`, `TRIM_THRESHOLD`,
+/// `ROCMGUARD_TRIM_THRESHOLD`, or an option alias such as `cap`.
+pub fn find_key(name: &str) -> Result<&'static Key, String> {
+    let lower = name.trim().to_ascii_lowercase().replace('-', "_");
+    let bare = lower.strip_prefix("rocmguard_").unwrap_or(&lower);
+    let bare = ALIASES
+        .iter()
+        .find(|(_, alias)| *alias == bare)
+        .map_or(bare, |(key, _)| key);
+    KEYS.iter().find(|k| k.name == bare).ok_or_else(|| {
+        format!(
+            "unknown key `{}`; the keys are: {}",
+            name,
+            KEYS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+        )
+    })
 }
 
 fn parse_bool(v: &str) -> Result<bool, String> {
@@ -352,6 +404,56 @@ fn is_foreign(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_people_write() {
+        for name in [
+            "trim_threshold",
+            "trim-threshold",
+            "ROCMGUARD_TRIM_THRESHOLD",
+            "Trim_Threshold",
+        ] {
+            assert_eq!(find_key(name).unwrap().name, "trim_threshold", "{}", name);
+        }
+        assert_eq!(find_key("cap").unwrap().name, "vram_limit");
+        assert_eq!(find_key("vram_limit").unwrap().option_name(), "cap");
+        assert_eq!(
+            find_key("trim_threshold").unwrap().option_name(),
+            "trim-threshold"
+        );
+        let err = find_key("vram_limt").map(|k| k.name).unwrap_err();
+        assert!(
+            err.contains("vram_limit") && err.contains("headroom"),
+            "{}",
+            err
+        );
+    }
+
+    #[test]
+    fn values_are_checked_by_the_table() {
+        let key = find_key("vram_limit").unwrap();
+        assert!(key.check("20GiB").is_ok());
+        let err = key.check("20XB").unwrap_err();
+        assert!(err.contains("unknown unit"), "{}", err);
+        assert!(!err.contains("using the default"), "{}", err);
+    }
+
+    #[test]
+    fn switches_are_the_boolean_keys() {
+        let switches: Vec<&str> = KEYS
+            .iter()
+            .filter(|k| k.is_switch())
+            .map(|k| k.name)
+            .collect();
+        assert!(
+            switches.contains(&"stats") && switches.contains(&"disable"),
+            "{:?}",
+            switches
+        );
+        for valued in ["vram_limit", "headroom", "trace", "retries", "log"] {
+            assert!(!switches.contains(&valued), "{}", valued);
+        }
+    }
 
     #[test]
     fn defaults_come_from_the_table() {

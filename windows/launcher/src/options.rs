@@ -6,11 +6,8 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use rocmguard_core::config::Key;
-use rocmguard_core::{Config, KEYS};
-
-/// Options whose name is not the key's: `--cap` is what people say for a VRAM limit.
-const ALIASES: &[(&str, &str)] = &[("vram_limit", "cap")];
+use rocmguard_core::config::{find_key, Key};
+use rocmguard_core::KEYS;
 
 #[derive(Debug, Default)]
 pub struct Run {
@@ -21,69 +18,10 @@ pub struct Run {
     pub command: Vec<OsString>,
 }
 
-/// `--cap` for `vram_limit`, `--trim-threshold` for `trim_threshold`.
-pub fn option_name(key: &Key) -> String {
-    ALIASES
-        .iter()
-        .find(|(name, _)| *name == key.name)
-        .map_or_else(
-            || key.name.replace('_', "-"),
-            |(_, alias)| alias.to_string(),
-        )
-}
-
-/// A key as people write it: `trim_threshold`, `trim-threshold`, `ROCMGUARD_TRIM_THRESHOLD`,
-/// or an option alias such as `cap`.
-pub fn find_key(name: &str) -> Result<&'static Key, String> {
-    let lower = name.trim().to_ascii_lowercase().replace('-', "_");
-    let bare = lower.strip_prefix("rocmguard_").unwrap_or(&lower);
-    let bare = ALIASES
-        .iter()
-        .find(|(_, alias)| *alias == bare)
-        .map_or(bare, |(key, _)| key);
-    KEYS.iter().find(|k| k.name == bare).ok_or_else(|| {
-        format!(
-            "unknown key `{}`; the keys are: {}",
-            name,
-            KEYS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
-        )
-    })
-}
-
-/// Checks `value` for `key` with the guard's own setter; the error says why.
+/// Checks `value` for `key` with the guard's own setter; the error names the option and says why.
 fn check_value(key: &Key, value: &str) -> Result<(), String> {
-    let mut warnings = Vec::new();
-    Config::default().apply(key.name, value, &key.var(), &mut warnings);
-    match warnings.into_iter().next() {
-        None => Ok(()),
-        Some(w) => {
-            let marker = format!("{}={}: ", key.name, value);
-            let why = w
-                .find(&marker)
-                .map_or(w.as_str(), |at| &w[at + marker.len()..]);
-            Err(format!(
-                "--{} {}: {}",
-                option_name(key),
-                value,
-                why.split("; using the default").next().unwrap_or(why)
-            ))
-        }
-    }
-}
-
-/// A key that reads `yes` and `no` as two settings and refuses other words is a switch:
-/// `--stats` alone means `--stats=1`.
-fn is_switch(key: &Key) -> bool {
-    let setting = |value: &str| {
-        let mut config = Config::default();
-        let mut warnings = Vec::new();
-        config.apply(key.name, value, "", &mut warnings);
-        (config, warnings.is_empty())
-    };
-    let (yes, yes_ok) = setting("yes");
-    let (no, no_ok) = setting("no");
-    let (_, other_ok) = setting("sometimes");
-    yes_ok && no_ok && !other_ok && yes != no
+    key.check(value)
+        .map_err(|why| format!("--{} {}: {}", key.option_name(), value, why))
 }
 
 /// Parses the words after `run`.
@@ -133,13 +71,13 @@ pub fn parse(args: Vec<OsString>) -> Result<Run, String> {
                 let key = KEYS
                     .iter()
                     .find(|k| {
-                        option_name(k) == option
+                        k.option_name() == option
                             || (k.name == "vram_limit" && option == "vram-limit")
                     })
                     .ok_or_else(|| {
                         format!("unknown option --{} (see rocmguard run --help)", option)
                     })?;
-                let v = match (&inline, is_switch(key)) {
+                let v = match (&inline, key.is_switch()) {
                     (None, true) => "1".to_string(),
                     _ => value("a value")?,
                 };
@@ -176,14 +114,14 @@ pub fn help() -> String {
          Guard settings (each is also a ROCMGUARD_* variable):\n",
     );
     for key in KEYS {
-        let value = if is_switch(key) {
+        let value = if key.is_switch() {
             String::from("[=0|1]")
         } else {
             format!(" {}", key.name.to_ascii_uppercase())
         };
         out.push_str(&format!(
             "  --{}{}\n      {} [{}; default {}]\n",
-            option_name(key),
+            key.option_name(),
             value,
             key.help,
             key.var(),

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use rocmguard_core::topology::GfxVersion;
 
-use super::keys;
 use crate::doctor::alloc_conf;
+use rocmguard_core::config::find_key;
 
 /// One variable a profile sets, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -276,8 +276,7 @@ pub fn check_setting(var: &str, value: &str) -> Result<(), String> {
         return Err(format!("`{}` is not an environment variable name", var));
     }
     if let Some(name) = var.strip_prefix("ROCMGUARD_") {
-        let key = keys::find_key(name)?;
-        return keys::check_value(key, value);
+        return find_key(name)?.check(value);
     }
     if alloc_conf::VARS.contains(&var) {
         return alloc_conf::parse(value).map(|_| ());
@@ -327,7 +326,7 @@ pub fn parse_file(text: &str, path: &Path) -> Result<Vec<Profile>> {
                     }
                 }
                 other => {
-                    let k = keys::find_key(other)
+                    let k = find_key(other)
                         .map_err(|e| anyhow!("{}: {} (or about, extends, env)", at, e))?;
                     profile.settings.push(
                         setting(&k.var(), value, path).map_err(|e| anyhow!("{}: {}", at, e))?,
