@@ -2,7 +2,9 @@
 //! pool over a device that only counts, and prints peak reserved against peak live and the
 //! device calls per 100 requests, next to what PyTorch's caching allocator did on the same runs:
 //! with the default settings (virtual memory, which the counting device offers) and with plain
-//! segments (`vmm=0`, what a device without virtual memory gets).
+//! segments (`vmm=0`, what a device without virtual memory gets); each with freed blocks reused
+//! at once (`ordered_reuse`, a program with all its work on one stream, as these runs had) and
+//! after a synchronize (`ordered_reuse=0`, what a program with streams of its own gets).
 //! Reads the traces with the replay's own reader, so both see the same rows.
 
 use rocmguard_cli::replay::load;
@@ -12,9 +14,10 @@ fn main() {
     let dir = std::env::var("ROCMGUARD_TRACES").unwrap_or_else(|_| "../../shared/traces".into());
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     println!(
-        "{:<18} {:<6} {:>14} {:>14} {:>8} {:>14} {:>14} {:>10}",
+        "{:<18} {:<6} {:<8} {:>14} {:>14} {:>8} {:>14} {:>14} {:>10}",
         "trace",
         "vmm",
+        "reuse",
         "peak live",
         "peak reserved",
         "ratio",
@@ -23,12 +26,12 @@ fn main() {
         "syncs/100"
     );
     let policies = [
-        (
-            "1",
-            Policy::parse("rocmguard").expect("the default policy parses"),
-        ),
-        ("0", Policy::parse("rocmguard:vmm=0").expect("vmm=0 parses")),
-    ];
+        ("1", "at once", "rocmguard"),
+        ("1", "synced", "rocmguard:ordered_reuse=0"),
+        ("0", "at once", "rocmguard:vmm=0"),
+        ("0", "synced", "rocmguard:vmm=0,ordered_reuse=0"),
+    ]
+    .map(|(vmm, reuse, spec)| (vmm, reuse, Policy::parse(spec).expect("the policy parses")));
     for (name, torch_calls) in [
         ("gpt2_train", 1.7),
         ("resnet_train", 1.3),
@@ -37,14 +40,15 @@ fn main() {
         let path = dir.join(format!("{}.csv.gz", name));
         let traces = load::load_path(&path).unwrap_or_else(|e| panic!("{}", e));
         let trace = &traces[0];
-        for (vmm, pool) in &policies {
+        for (vmm, reuse, pool) in &policies {
             let s = policy::replay(trace, pool, 80 << 30, false, None);
             assert_eq!(s.ooms, 0, "{} fits in 80 GiB", name);
             let requests = trace.allocs as f64;
             println!(
-                "{:<18} {:<6} {:>14} {:>14} {:>8.3} {:>14.2} {:>14.1} {:>10.2}",
+                "{:<18} {:<6} {:<8} {:>14} {:>14} {:>8.3} {:>14.2} {:>14.1} {:>10.2}",
                 name,
                 vmm,
+                reuse,
                 s.peak_live,
                 s.peak_reserved,
                 s.peak_reserved as f64 / s.peak_live as f64,

@@ -60,13 +60,14 @@ static int pooled(void) {
 }
 
 static int capture(void) {
-    /* ROCMGUARD_WARMUP=256MiB: a freed block waits in quarantine; an allocation during a
-     * capture must be served without the synchronize that would invalidate the capture. */
+    /* ROCMGUARD_WARMUP=256MiB: a freed block waits in quarantine (the program has a stream);
+     * an allocation during a capture must be served without the synchronize that would
+     * invalidate the capture. */
     void *a = NULL, *b = NULL;
-    OK(hipMalloc(&a, 64 * MiB));
-    OK(hipFree(a));
     hipStream_t s;
     OK(hipStreamCreate(&s));
+    OK(hipMalloc(&a, 64 * MiB));
+    OK(hipFree(a));
     OK(hipStreamBeginCapture(s, hipStreamCaptureModeGlobal));
     hipError_t e = hipMalloc(&b, 64 * MiB);
     hipGraph_t g = NULL;
@@ -75,6 +76,57 @@ static int capture(void) {
            (unsigned long)counters().capture_invalidations);
     if (g) hipGraphDestroy(g);
     OK(hipFree(b));
+    return 0;
+}
+
+static int in_order(void) {
+    /* All work on the null stream: a block freed while a slow kernel still writes it is handed
+     * out again at once, without a synchronize; the kernel queued on it next runs after the
+     * first, so the data is the second kernel's. */
+    const size_t n = 4 * MiB;
+    unsigned char* host = malloc(n);
+    int bad = 0, same = 0;
+    const int rounds = 5;
+    unsigned long syncs = (unsigned long)counters().syncs;
+    for (int round = 0; round < rounds; round++) {
+        void *a = NULL, *b = NULL;
+        OK(hipMalloc(&a, n));
+        OK(hipsimLaunchFill(a, 0xAA, n, 20000, NULL));
+        OK(hipFree(a));
+        OK(hipMalloc(&b, n));
+        same += a == b;
+        OK(hipsimLaunchFill(b, 0x55, n, 0, NULL));
+        OK(hipDeviceSynchronize());
+        OK(hipMemcpy(host, b, n, hipMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) bad += host[i] != 0x55;
+        OK(hipFree(b));
+    }
+    printf("same_address %d\ncorrupted_bytes %d\nsyncs_beyond_the_program_own %lu\n", same, bad,
+           (unsigned long)counters().syncs - syncs - rounds);
+    free(host);
+    return 0;
+}
+
+static int first_stream(void) {
+    /* A block freed in order while the null stream still writes it; then the program makes a
+     * non-blocking stream, whose work does not wait for the null stream's. The block may go to
+     * work on that stream only once the device has finished the old work. */
+    const size_t n = 4 * MiB;
+    unsigned char* host = malloc(n);
+    void *a = NULL, *b = NULL;
+    OK(hipMalloc(&a, n));
+    OK(hipsimLaunchFill(a, 0xAA, n, 50000, NULL));
+    OK(hipFree(a));
+    hipStream_t side;
+    OK(hipStreamCreateWithFlags(&side, hipStreamNonBlocking));
+    OK(hipMalloc(&b, n));
+    OK(hipsimLaunchFill(b, 0x55, n, 0, side));
+    OK(hipDeviceSynchronize());
+    OK(hipMemcpy(host, b, n, hipMemcpyDeviceToHost));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad += host[i] != 0x55;
+    printf("same_address %d\ncorrupted_bytes %d\n", a == b, bad);
+    free(host);
     return 0;
 }
 
@@ -231,8 +283,11 @@ static int hold(void) {
 }
 
 static int background(void) {
-    /* A freed block, then the program idles: the background reclaimer synchronizes the device
-     * on its own (the simulator counts it), so the next allocation needs no wait. */
+    /* A program with a stream of its own frees a block, then idles: the background reclaimer
+     * synchronizes the device on its own (the simulator counts it), so the next allocation
+     * needs no wait. */
+    hipStream_t s;
+    OK(hipStreamCreate(&s));
     void* p = NULL;
     OK(hipMalloc(&p, 64 * MiB));
     unsigned long before = (unsigned long)counters().syncs;
@@ -284,6 +339,8 @@ int main(int argc, char** argv) {
     if (!strcmp(s, "pooled")) return pooled();
     if (!strcmp(s, "capture")) return capture();
     if (!strcmp(s, "reuse")) return reuse();
+    if (!strcmp(s, "in_order")) return in_order();
+    if (!strcmp(s, "first_stream")) return first_stream();
     if (!strcmp(s, "threads")) return threads();
     if (!strcmp(s, "fork")) return forked();
     if (!strcmp(s, "live_at_exit")) return live_at_exit();

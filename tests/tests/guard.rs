@@ -264,6 +264,35 @@ fn a_freed_block_is_not_reused_while_queued_work_may_write_it() {
 }
 
 #[test]
+fn on_the_default_stream_alone_a_freed_block_is_reused_at_once_and_in_order() {
+    let s = guarded("guard_ops", &["in_order"], &[]);
+    s.succeeded();
+    assert_eq!(s.num("same_address"), 5, "{}", text(&s.out));
+    assert_eq!(s.num("syncs_beyond_the_program_own"), 0);
+    assert_eq!(s.num("corrupted_bytes"), 0);
+    let off = guarded(
+        "guard_ops",
+        &["in_order"],
+        &[("ROCMGUARD_ORDERED_REUSE", "0"), ("ROCMGUARD_RECLAIM", "0")],
+    );
+    off.succeeded();
+    assert!(
+        off.num("syncs_beyond_the_program_own") >= 5,
+        "ROCMGUARD_ORDERED_REUSE=0: every reuse waits for a synchronize; {}",
+        text(&off.out)
+    );
+    assert_eq!(off.num("corrupted_bytes"), 0);
+}
+
+#[test]
+fn the_first_stream_waits_for_work_on_blocks_freed_before_it() {
+    let s = guarded("guard_ops", &["first_stream"], &[]);
+    s.succeeded();
+    assert_eq!(s.num("same_address"), 1, "{}", text(&s.out));
+    assert_eq!(s.num("corrupted_bytes"), 0);
+}
+
+#[test]
 fn sixteen_threads_of_mixed_operations() {
     let s = guarded("guard_ops", &["threads"], &[]);
     s.succeeded();

@@ -88,8 +88,13 @@ fn check(pool: &Pool<CountingSource>, live: &BTreeMap<u64, u64>) {
     assert_eq!(s.reserved % (2 << 20), 0, "segments are 2 MiB multiples");
 }
 
-fn run(ops: Vec<Op>, max_split: Option<u64>, vmm: bool) {
+/// `in_order`: the device reports all work in one order, so freed blocks are reused at once.
+/// Every freed block is taken to have had work queued on it: outside in-order work it must not
+/// be handed out again before a synchronize, and in no mode may its memory be unmapped before
+/// one.
+fn run(ops: Vec<Op>, max_split: Option<u64>, vmm: bool, in_order: bool) {
     let pool = Pool::new(CountingSource::new(DEVICE), options_with(max_split, vmm));
+    pool.source().set_in_order(in_order);
     let mut live: BTreeMap<u64, u64> = BTreeMap::new();
     let mut order: Vec<u64> = Vec::new();
     for op in ops {
@@ -99,6 +104,10 @@ fn run(ops: Vec<Op>, max_split: Option<u64>, vmm: bool) {
                 match pool.alloc(n) {
                     Ok(addr) => {
                         assert!(live.insert(addr, n).is_none(), "address handed out twice");
+                        assert!(
+                            in_order || !pool.source().is_queued(addr, n),
+                            "a block freed under queued work was handed out before a synchronize"
+                        );
                         order.push(addr);
                         assert!(pool.stats().live <= pool.cap(), "live passed the cap");
                     }
@@ -125,6 +134,7 @@ fn run(ops: Vec<Op>, max_split: Option<u64>, vmm: bool) {
             Op::Free(i) if !order.is_empty() => {
                 let addr = order.swap_remove(i % order.len());
                 let size = live.remove(&addr).unwrap();
+                pool.source().queued_use(addr, size);
                 assert_eq!(pool.free(addr), Some(size));
                 assert_eq!(pool.free(addr), None, "a second free is not ours");
             }
@@ -133,9 +143,21 @@ fn run(ops: Vec<Op>, max_split: Option<u64>, vmm: bool) {
                 pool.trim_to(keep);
             }
             Op::SetCap(cap) => pool.set_cap(cap),
-            Op::Sync => pool.synchronized(pool.quarantine_mark()),
+            Op::Sync => {
+                // The program's own device synchronize.
+                let mark = pool.quarantine_mark();
+                pool.source().synchronize().unwrap();
+                pool.synchronized(mark);
+            }
         }
         check(&pool, &live);
+        assert_eq!(
+            pool.source()
+                .unsafe_unmaps
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "memory went back to the device while queued work could still use it"
+        );
     }
     for addr in order {
         pool.free(addr);
@@ -157,22 +179,32 @@ proptest! {
 
     #[test]
     fn random_operations_keep_every_invariant(ops in proptest::collection::vec(op(), 1..300)) {
-        run(ops, None, true);
+        run(ops, None, true, false);
     }
 
     #[test]
     fn with_max_split(ops in proptest::collection::vec(op(), 1..300)) {
-        run(ops, Some(8 << 20), true);
+        run(ops, Some(8 << 20), true, false);
     }
 
     #[test]
     fn with_plain_segments(ops in proptest::collection::vec(op(), 1..300)) {
-        run(ops, None, false);
+        run(ops, None, false, false);
     }
 
     #[test]
     fn with_plain_segments_and_max_split(ops in proptest::collection::vec(op(), 1..300)) {
-        run(ops, Some(8 << 20), false);
+        run(ops, Some(8 << 20), false, false);
+    }
+
+    #[test]
+    fn in_order(ops in proptest::collection::vec(op(), 1..300)) {
+        run(ops, None, true, true);
+    }
+
+    #[test]
+    fn in_order_with_plain_segments_and_max_split(ops in proptest::collection::vec(op(), 1..300)) {
+        run(ops, Some(8 << 20), false, true);
     }
 }
 
@@ -187,6 +219,35 @@ fn freed_blocks_wait_for_a_synchronize_before_reuse() {
     assert!(
         b != a || pool.source().syncs.load(Relaxed) > syncs,
         "a freed block was handed out again without a synchronize"
+    );
+}
+
+#[test]
+fn in_order_a_freed_block_is_reused_at_once_and_unmapped_only_after_a_synchronize() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+    pool.source().set_in_order(true);
+    let a = pool.alloc(300 << 20).unwrap();
+    pool.source().queued_use(a, 300 << 20);
+    pool.free(a);
+    let b = pool.alloc(300 << 20).unwrap();
+    assert_eq!(b, a, "in order, the freed block is the best fit at once");
+    assert_eq!(
+        pool.source().syncs.load(Relaxed),
+        0,
+        "no synchronize to reuse"
+    );
+    pool.source().queued_use(b, 300 << 20);
+    pool.free(b);
+    // A lower cap gives the idle memory back, which must wait for the device first.
+    pool.set_cap(64 << 20);
+    let s = pool.stats();
+    assert!(s.reserved < 300 << 20, "the idle mappings went back");
+    assert_eq!(pool.source().unsafe_unmaps.load(Relaxed), 0);
+    assert_eq!(
+        pool.source().syncs.load(Relaxed),
+        1,
+        "one synchronize before unmapping"
     );
 }
 

@@ -39,6 +39,8 @@ pub struct Config {
     pub disable: bool,
     /// A background thread makes freed blocks reusable by synchronizing the device.
     pub reclaim: bool,
+    /// Reuse freed blocks at once while all the program's work is in one stream's order.
+    pub ordered_reuse: bool,
     /// Record every hooked call to this file (`%p` = pid).
     pub trace: Option<String>,
     pub uma: UmaMode,
@@ -235,6 +237,12 @@ pub const KEYS: &[Key] = &[
         set: |c, v| parse_bool(v).map(|b| c.reclaim = b),
     },
     Key {
+        name: "ordered_reuse",
+        default: "1",
+        help: "Reuse a freed block at once while the program queues all its work on one device's default stream, which runs it in order (as PyTorch's own cache reuses within a stream); from the first stream it creates, a freed block waits for a device synchronize (1 or 0; 0 = always wait).",
+        set: |c, v| parse_bool(v).map(|b| c.ordered_reuse = b),
+    },
+    Key {
         name: "trace",
         default: "none",
         help: "Record every hooked call to this file, RMM CSV (.gz to compress); %p becomes the process id.",
@@ -291,6 +299,7 @@ impl Default for Config {
             stats: false,
             disable: false,
             reclaim: true,
+            ordered_reuse: true,
             trace: None,
             uma: UmaMode::Auto,
             host_reserve: Limit::Percent(10.0),

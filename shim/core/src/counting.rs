@@ -3,7 +3,7 @@
 //! replays, benchmarks and tests put under the pool.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::source::{DeviceSource, SourceError};
@@ -22,6 +22,13 @@ pub struct CountingSource {
     pub reserved: AtomicU64,
     /// Ranges with memory behind them (allocations and mappings): start -> size.
     backed: Mutex<BTreeMap<u64, u64>>,
+    /// Whether it reports all work in one order ([`DeviceSource::in_order`]).
+    in_order: AtomicBool,
+    /// Ranges that work queued before the last synchronize may still touch (see
+    /// [`CountingSource::queued_use`]).
+    queued: Mutex<Vec<(u64, u64)>>,
+    /// Mappings given back while work queued on the device might still touch them.
+    pub unsafe_unmaps: AtomicU64,
 }
 
 impl CountingSource {
@@ -35,7 +42,35 @@ impl CountingSource {
             syncs: AtomicU64::new(0),
             reserved: AtomicU64::new(0),
             backed: Mutex::new(BTreeMap::new()),
+            in_order: AtomicBool::new(false),
+            queued: Mutex::new(Vec::new()),
+            unsafe_unmaps: AtomicU64::new(0),
         }
+    }
+
+    /// Makes the device report all work in one order, or not.
+    pub fn set_in_order(&self, in_order: bool) {
+        self.in_order.store(in_order, Ordering::Relaxed);
+    }
+
+    /// Records that work queued before now may still use `[addr, addr + size)` (a test frees a
+    /// block the device was working on): until the next synchronize, giving its memory back is
+    /// counted in `unsafe_unmaps`, and [`CountingSource::is_queued`] says so.
+    pub fn queued_use(&self, addr: u64, size: u64) {
+        self.queued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((addr, size.max(1)));
+    }
+
+    /// Whether work queued before the last synchronize may still use part of the range.
+    pub fn is_queued(&self, addr: u64, size: u64) -> bool {
+        let end = addr + size.max(1);
+        self.queued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|&(a, n)| a < end && addr < a + n)
     }
 
     /// Whether `[addr, addr + size)` lies in memory this device handed out (an allocation or a
@@ -87,6 +122,13 @@ impl CountingSource {
         self.frees.fetch_add(1, Ordering::Relaxed);
     }
 
+    fn forget_queued(&self) {
+        self.queued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
     fn addresses(&self, size: u64) -> u64 {
         let aligned = (size + (2 << 20) - 1) & !((2 << 20) - 1);
         self.next.fetch_add(aligned, Ordering::Relaxed)
@@ -102,6 +144,8 @@ impl DeviceSource for CountingSource {
     }
 
     fn free(&self, addr: u64, size: u64) -> Result<(), SourceError> {
+        // Like `hipFree`, waits for the device first.
+        self.forget_queued();
         self.uncharge(size);
         self.note(addr, None);
         Ok(())
@@ -138,6 +182,9 @@ impl DeviceSource for CountingSource {
     }
 
     fn unmap(&self, addr: u64, size: u64, _token: u64) -> Result<(), SourceError> {
+        if self.is_queued(addr, size) {
+            self.unsafe_unmaps.fetch_add(1, Ordering::Relaxed);
+        }
         self.uncharge(size);
         self.note(addr, None);
         Ok(())
@@ -149,6 +196,11 @@ impl DeviceSource for CountingSource {
 
     fn synchronize(&self) -> Result<(), SourceError> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.forget_queued();
         Ok(())
+    }
+
+    fn in_order(&self) -> bool {
+        self.in_order.load(Ordering::Relaxed)
     }
 }

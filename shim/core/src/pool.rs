@@ -13,6 +13,9 @@
 //! synchronize that began after its free has completed, so work queued before the free can no
 //! longer touch it. The pool synchronizes only when a request cannot be served otherwise, once
 //! for the whole quarantine, and never while the source says a synchronize would do harm.
+//! While the source says all work runs in one order ([`DeviceSource::in_order`]), a freed block
+//! is free at once, as in a caching allocator's same-stream reuse; only giving its memory back
+//! to the device waits for a synchronize.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -153,6 +156,11 @@ struct State {
     /// Freed blocks in order of their free, each with its sequence number.
     quarantine: VecDeque<(u64, u32)>,
     next_free_seq: u64,
+    /// One past the sequence number of the last block freed straight to the free lists (in
+    /// order), and the mark of the last synchronize completed: memory freed in order may go
+    /// back to the device only once the second has passed the first.
+    freed_in_order: u64,
+    synced_mark: u64,
     births: u64,
     /// Runs of device memory behind virtual segments.
     mappings: Mappings,
@@ -199,6 +207,8 @@ impl<S: DeviceSource> Pool<S> {
                 live: AddrMap::default(),
                 quarantine: VecDeque::new(),
                 next_free_seq: 0,
+                freed_in_order: 0,
+                synced_mark: 0,
                 births: 0,
                 mappings: Mappings::default(),
                 virtual_memory: false,
@@ -239,9 +249,11 @@ impl<S: DeviceSource> Pool<S> {
     /// Synchronizes the device once and makes every block freed before it reusable: what a
     /// background thread calls so that allocations rarely have to wait for the device.
     /// Returns whether it synchronized.
+    /// Also what makes every free block safe for any stream when the program leaves in-order
+    /// work behind.
     pub fn reclaim(&self) -> bool {
         let st = self.lock();
-        if st.quarantine.is_empty() || !self.source.may_synchronize() {
+        if !st.unsettled() || !self.source.may_synchronize() {
             return false;
         }
         let st = self.synchronize_and_release(st);
@@ -355,10 +367,16 @@ impl<S: DeviceSource> Pool<S> {
         let b = &mut st.blocks[i as usize];
         b.state = BlockState::Quarantined;
         let (requested, size) = (b.requested, b.size);
-        st.quarantine.push_back((seq, i));
-        st.stats.quarantined += size;
         st.stats.live -= requested;
         st.stats.frees += 1;
+        if self.source.in_order() {
+            st.freed_in_order = seq + 1;
+            let emptied = st.release_block(i);
+            self.trim_past_threshold(&mut st, emptied);
+        } else {
+            st.quarantine.push_back((seq, i));
+            st.stats.quarantined += size;
+        }
         self.mirror(&st);
         Some(requested)
     }
@@ -379,6 +397,7 @@ impl<S: DeviceSource> Pool<S> {
     /// own `hipDeviceSynchronize`, say), so blocks freed before the mark are free again.
     pub fn synchronized(&self, mark: u64) {
         let mut st = self.lock();
+        st.synced_mark = st.synced_mark.max(mark);
         self.release_quarantine(&mut st, mark);
     }
 
@@ -478,6 +497,8 @@ impl<S: DeviceSource> Pool<S> {
             live: AddrMap::default(),
             quarantine: VecDeque::new(),
             next_free_seq: st.next_free_seq,
+            freed_in_order: 0,
+            synced_mark: st.synced_mark,
             births: st.births,
             mappings: Mappings::default(),
             virtual_memory: st.virtual_memory,
@@ -493,7 +514,7 @@ impl<S: DeviceSource> Pool<S> {
     }
 
     fn synchronize_and_release<'a>(&'a self, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        if st.quarantine.is_empty() || !self.source.may_synchronize() {
+        if !st.unsettled() || !self.source.may_synchronize() {
             return st;
         }
         let mut st = st;
@@ -503,6 +524,7 @@ impl<S: DeviceSource> Pool<S> {
         let synced = self.source.synchronize().is_ok();
         let mut st = self.lock();
         if synced {
+            st.synced_mark = st.synced_mark.max(mark);
             self.release_quarantine(&mut st, mark);
         }
         st
@@ -518,12 +540,16 @@ impl<S: DeviceSource> Pool<S> {
             st.stats.quarantined -= st.blocks[i as usize].size;
             emptied |= st.release_block(i);
         }
-        if emptied {
-            let threshold = (self.options.trim_threshold * st.stats.cap as f64) as u64;
-            if st.stats.reserved + st.stats.external > threshold {
-                let keep = threshold.saturating_sub(st.stats.external);
-                self.trim_locked(st, keep, None);
-            }
+        self.trim_past_threshold(st, emptied);
+    }
+
+    /// After blocks were released (`emptied`: some segment or mapping may now be idle): gives
+    /// memory back while reserved is past the trim threshold.
+    fn trim_past_threshold(&self, st: &mut State, emptied: bool) {
+        let threshold = (self.options.trim_threshold * st.stats.cap as f64) as u64;
+        if emptied && st.stats.reserved + st.stats.external > threshold {
+            let keep = threshold.saturating_sub(st.stats.external);
+            self.trim_locked(st, keep, None);
         }
     }
 
@@ -751,10 +777,12 @@ impl<S: DeviceSource> Pool<S> {
                 // If the device refuses memory back, it is no longer ours to hand out either.
                 let size = match what {
                     Idle::Segment(seg) => {
+                        // The runtime's free waits for the device itself.
                         let (addr, size) = st.remove_segment(seg);
                         let _ = self.source.free(addr, size);
                         size
                     }
+                    Idle::Mapping(_) if !self.settle_for_unmap(st) => continue,
                     Idle::Mapping(m) => {
                         let m = st.remove_mapping(m);
                         let _ = self.source.unmap(m.addr, m.size, m.token);
@@ -767,6 +795,25 @@ impl<S: DeviceSource> Pool<S> {
             }
         }
         released
+    }
+
+    /// Before unmapping memory freed in order: the device may still be working on it (unmap,
+    /// unlike the runtime's free, does not wait), so synchronize first, with the lock held as
+    /// it is rare. False if that cannot be done now.
+    fn settle_for_unmap(&self, st: &mut State) -> bool {
+        if st.freed_in_order <= st.synced_mark {
+            return true;
+        }
+        if !self.source.may_synchronize() {
+            return false;
+        }
+        let mark = st.next_free_seq;
+        st.stats.syncs += 1;
+        if self.source.synchronize().is_err() {
+            return false;
+        }
+        st.synced_mark = mark;
+        true
     }
 
     /// Gives back the address space of virtual segments with nothing mapped in them.
@@ -805,6 +852,12 @@ fn is_retryable(e: AllocError) -> bool {
 
 impl State {
     /// Live bytes counted against the cap: the pool's blocks in use and external charges.
+    /// Whether a synchronize would make something safe: blocks in quarantine, or blocks freed
+    /// in order since the last one.
+    fn unsettled(&self) -> bool {
+        !self.quarantine.is_empty() || self.freed_in_order > self.synced_mark
+    }
+
     fn live_total(&self) -> u64 {
         self.stats.live + self.stats.external
     }

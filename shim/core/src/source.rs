@@ -24,6 +24,13 @@ pub trait DeviceSource: Send + Sync {
     fn may_synchronize(&self) -> bool {
         true
     }
+    /// True while all device work runs in one order (the program has queued everything on one
+    /// device's default stream): work that uses a block after it is handed out again is queued
+    /// after all work that used it before its free, so the pool reuses it without waiting.
+    /// Device memory given back still waits for a synchronize: the device may be using it.
+    fn in_order(&self) -> bool {
+        false
+    }
 
     /// Whether the device offers virtual memory: address ranges reserved without memory behind
     /// them, backed later a run of 2 MiB pages at a time ([`DeviceSource::map`]).

@@ -2,7 +2,7 @@
 //! and codes), which is how the design is proven under real PyTorch on real GPUs. Dormant until
 //! the CUDA runtime is loaded; a process that uses HIP never touches it.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 
 use crate::guard::{Api, Face, GetDeviceFn, Guard, SetDeviceFn, SUCCESS, SYMBOL_NOT_FOUND};
 use crate::hooks::hooks;
@@ -93,17 +93,18 @@ hooks! {
     }
 
     [""] fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: Stream) -> i32 |pass| {
-        let _ = stream;
+        CUDA.stream_named(stream);
         CUDA.external_malloc(ptr, size, pass)
     }
 
     [""] fn cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: MemPool, stream: Stream) -> i32 |pass| {
-        let _ = (pool, stream);
+        let _ = pool;
+        CUDA.stream_named(stream);
         CUDA.external_malloc(ptr, size, pass)
     }
 
     [""] fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> i32 |pass| {
-        let _ = stream;
+        CUDA.stream_named(stream);
         CUDA.free_async(ptr, pass)
     }
 
@@ -140,6 +141,26 @@ hooks! {
         crate::guard::last_error(pass(), false)
     }
 
+    [""] fn cudaStreamCreate(stream: *mut Stream) -> i32 |pass| {
+        let _ = stream;
+        CUDA.stream_created(pass)
+    }
+
+    [""] fn cudaStreamCreateWithFlags(stream: *mut Stream, flags: c_uint) -> i32 |pass| {
+        let _ = (stream, flags);
+        CUDA.stream_created(pass)
+    }
+
+    [""] fn cudaStreamCreateWithPriority(stream: *mut Stream, flags: c_uint, priority: c_int) -> i32 |pass| {
+        let _ = (stream, flags, priority);
+        CUDA.stream_created(pass)
+    }
+
+    [""] fn cudaDeviceEnablePeerAccess(peer: c_int, flags: c_uint) -> i32 |pass| {
+        let _ = (peer, flags);
+        CUDA.peer_access(pass)
+    }
+
     [""] fn cudaStreamBeginCapture(stream: Stream, mode: c_int) -> i32 |pass| {
         let _ = mode;
         CUDA.begin_capture(stream, pass)
@@ -148,5 +169,42 @@ hooks! {
     [""] fn cudaStreamEndCapture(stream: Stream, graph: *mut *mut c_void) -> i32 |pass| {
         let _ = graph;
         CUDA.end_capture(stream, pass)
+    }
+}
+
+/// The driver's stream constructors, so streams made below the runtime (a library with its own
+/// static runtime, a program on the driver API) are seen too: as exports, and as answers of
+/// `cuGetProcAddress`, through which runtimes find the driver's functions.
+pub mod driver {
+    use std::ffi::{c_char, c_int, c_uint, c_void};
+
+    use super::{Stream, CUDA, DRIVER};
+    use crate::hooks::hooks;
+
+    /// `CUDA_ERROR_NOT_FOUND`.
+    const NOT_FOUND: i32 = 500;
+
+    hooks! {
+        libs = DRIVER, missing = NOT_FOUND;
+
+        [""] fn cuStreamCreate(stream: *mut Stream, flags: c_uint) -> i32 |pass| {
+            let _ = (stream, flags);
+            CUDA.stream_created(pass)
+        }
+
+        [""] fn cuStreamCreateWithPriority(stream: *mut Stream, flags: c_uint, priority: c_int) -> i32 |pass| {
+            let _ = (stream, flags, priority);
+            CUDA.stream_created(pass)
+        }
+
+        [""] fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> i32 |pass| {
+            let _ = (version, flags);
+            crate::guard::hooked_answer(pass(), symbol, pfn)
+        }
+
+        [""] fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_void) -> i32 |pass| {
+            let _ = (version, flags, status);
+            crate::guard::hooked_answer(pass(), symbol, pfn)
+        }
     }
 }

@@ -5,6 +5,7 @@
 
 use std::cell::Cell;
 use std::ffi::c_void;
+use std::os::raw::c_char;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -72,6 +73,8 @@ pub struct Source {
     integrated: bool,
     api: Api,
     captures: &'static AtomicUsize,
+    /// Whether all the program's work is still in one order (see [`Active::leave_in_order`]).
+    in_order: &'static AtomicBool,
     /// Virtual memory for the pool's virtual segments, if the device offers it.
     vmm: Option<Vmm>,
 }
@@ -190,6 +193,10 @@ impl DeviceSource for Source {
         self.captures.load(Ordering::Acquire) == 0
     }
 
+    fn in_order(&self) -> bool {
+        self.in_order.load(Ordering::Acquire)
+    }
+
     fn has_virtual_memory(&self) -> bool {
         self.vmm.is_some()
     }
@@ -225,6 +232,10 @@ pub struct Active {
     /// Stream captures in progress (streams by address), and their count.
     capturing: Mutex<Vec<usize>>,
     captures: AtomicUsize,
+    /// True until the program shows it queues work other than on one device's default stream
+    /// (it makes a stream, passes one, uses a second device or peer access): until then every
+    /// use of a block is queued after all earlier uses, so freed blocks are reused at once.
+    in_order: AtomicBool,
     /// Devices whose cap warning has been printed.
     warned: Vec<AtomicBool>,
     /// Held shared by the reclaimer while it synchronizes and exclusively while a capture
@@ -269,6 +280,7 @@ impl Guard {
                     external: Mutex::new(Default::default()),
                     capturing: Mutex::new(Vec::new()),
                     captures: AtomicUsize::new(0),
+                    in_order: AtomicBool::new(config.ordered_reuse),
                     warned: (0..MAX_DEVICES).map(|_| AtomicBool::new(false)).collect(),
                     sync_gate: std::sync::RwLock::new(()),
                     reclaimer: OnceCell::new(),
@@ -398,6 +410,33 @@ impl Guard {
         code
     }
 
+    /// A stream was made (`StreamCreate*`): work on it runs beside the default stream's.
+    pub fn stream_created(&'static self, pass: impl FnOnce() -> i32) -> i32 {
+        let code = pass();
+        if let (SUCCESS, Some(a)) = (code, self.active()) {
+            a.leave_in_order("made a stream");
+        }
+        code
+    }
+
+    /// A call that names `stream`: anything but the default (legacy) stream is a stream of the
+    /// program's own, maybe one we did not see made.
+    pub fn stream_named(&'static self, stream: *mut c_void) {
+        if !is_default_stream(stream) {
+            if let Some(a) = self.active() {
+                a.leave_in_order("queued work on a stream of its own");
+            }
+        }
+    }
+
+    /// `DeviceEnablePeerAccess`: kernels of one device may now use another's memory.
+    pub fn peer_access(&'static self, pass: impl FnOnce() -> i32) -> i32 {
+        if let Some(a) = self.active() {
+            a.leave_in_order("enabled peer access");
+        }
+        pass()
+    }
+
     pub fn device_synchronize(&'static self, pass: impl FnOnce() -> i32) -> i32 {
         match self.active() {
             Some(a) => a.synchronize(pass),
@@ -413,6 +452,7 @@ impl Guard {
     }
 
     pub fn begin_capture(&'static self, stream: *mut c_void, pass: impl FnOnce() -> i32) -> i32 {
+        self.stream_named(stream);
         let active = self.active();
         let _gate = active.map(|a| a.sync_gate.write().unwrap_or_else(|e| e.into_inner()));
         let code = pass();
@@ -450,6 +490,7 @@ impl Active {
             integrated: self.is_integrated(device),
             api: self.api,
             captures: &self.captures,
+            in_order: &self.in_order,
             vmm: None,
         };
         // The first runtime call also loads what the virtual memory functions live in.
@@ -475,7 +516,26 @@ impl Active {
         if self.config.reclaim {
             self.start_reclaimer();
         }
+        if self.existing_pools().nth(1).is_some() {
+            self.leave_in_order("uses a second device");
+        }
         Some(pool)
+    }
+
+    /// The program showed work outside one stream's order (`why`): from now on freed blocks
+    /// wait for a synchronize, and blocks freed in order so far become free for any stream
+    /// after one synchronize per device, before the caller hands the new stream out.
+    pub fn leave_in_order(&self, why: &str) {
+        if !self.in_order.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        for (_, pool) in self.existing_pools() {
+            pool.reclaim();
+        }
+        log::info(format_args!(
+            "{}: the program {}; freed blocks now wait for a device synchronize before reuse",
+            self.face.name, why
+        ));
     }
 
     /// Starts the thread that releases freed blocks in the background, once.
@@ -773,6 +833,26 @@ impl Active {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
     }
+}
+
+/// A `GetProcAddress` answer (`code`, the function at `*pfn`), replaced by our hook where the
+/// name is hooked.
+///
+/// # Safety
+/// `symbol` and `pfn` are what the caller passed to the lookup that returned `code`.
+pub unsafe fn hooked_answer(code: i32, symbol: *const c_char, pfn: *mut *mut c_void) -> i32 {
+    if code == SUCCESS && !symbol.is_null() && !pfn.is_null() && !(*pfn).is_null() {
+        let name = std::ffi::CStr::from_ptr(symbol).to_bytes();
+        if let Some(hook) = crate::lookup_hook(name, *pfn as usize) {
+            *pfn = hook as *mut c_void;
+        }
+    }
+    code
+}
+
+/// The default stream: null, or CUDA's `cudaStreamLegacy` handle (1), which it stands for.
+fn is_default_stream(stream: *mut c_void) -> bool {
+    stream as usize <= 1
 }
 
 /// A device attribute holding the total memory, capped the way the runtime encodes it (bytes

@@ -1,7 +1,7 @@
 //! The HIP face: the exports that stand in front of `libamdhip64`. Each hook only translates
 //! the ABI and calls the guard; `pass()` is the plain runtime call.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use crate::guard::{self, Api, Face, GetDeviceFn, Guard, SetDeviceFn, SUCCESS, SYMBOL_NOT_FOUND};
 use crate::hooks::hooks;

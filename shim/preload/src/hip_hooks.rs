@@ -69,17 +69,18 @@ hooks! {
     }
 
     ["hip_5.1"] fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: Stream) -> i32 |pass| {
-        let _ = stream;
+        HIP.stream_named(stream);
         HIP.external_malloc(ptr, size, pass)
     }
 
     ["hip_5.1"] fn hipMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: MemPool, stream: Stream) -> i32 |pass| {
-        let _ = (pool, stream);
+        let _ = pool;
+        HIP.stream_named(stream);
         HIP.external_malloc(ptr, size, pass)
     }
 
     ["hip_5.1"] fn hipFreeAsync(ptr: *mut c_void, stream: Stream) -> i32 |pass| {
-        let _ = stream;
+        HIP.stream_named(stream);
         HIP.free_async(ptr, pass)
     }
 
@@ -142,6 +143,31 @@ hooks! {
         guard::last_error(pass(), false)
     }
 
+    ["hip_4.2"] fn hipStreamCreate(stream: *mut Stream) -> i32 |pass| {
+        let _ = stream;
+        HIP.stream_created(pass)
+    }
+
+    ["hip_4.2"] fn hipStreamCreateWithFlags(stream: *mut Stream, flags: c_uint) -> i32 |pass| {
+        let _ = (stream, flags);
+        HIP.stream_created(pass)
+    }
+
+    ["hip_4.2"] fn hipStreamCreateWithPriority(stream: *mut Stream, flags: c_uint, priority: c_int) -> i32 |pass| {
+        let _ = (stream, flags, priority);
+        HIP.stream_created(pass)
+    }
+
+    ["hip_4.2"] fn hipExtStreamCreateWithCUMask(stream: *mut Stream, cu_mask_size: u32, cu_mask: *const u32) -> i32 |pass| {
+        let _ = (stream, cu_mask_size, cu_mask);
+        HIP.stream_created(pass)
+    }
+
+    ["hip_4.2"] fn hipDeviceEnablePeerAccess(peer: c_int, flags: c_uint) -> i32 |pass| {
+        let _ = (peer, flags);
+        HIP.peer_access(pass)
+    }
+
     ["hip_4.2"] fn hipStreamBeginCapture(stream: Stream, mode: c_int) -> i32 |pass| {
         let _ = mode;
         HIP.begin_capture(stream, pass)
@@ -154,12 +180,6 @@ hooks! {
 
     ["hip_6.1"] fn hipGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_void) -> i32 |pass| {
         let _ = (version, flags, status);
-        let code = pass();
-        if code == SUCCESS && !symbol.is_null() && !pfn.is_null() && !(*pfn).is_null() {
-            if let Some(hook) = crate::lookup_hook(CStr::from_ptr(symbol).to_bytes(), *pfn as usize) {
-                *pfn = hook as *mut c_void;
-            }
-        }
-        code
+        guard::hooked_answer(pass(), symbol, pfn)
     }
 }

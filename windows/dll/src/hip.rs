@@ -2,8 +2,8 @@
 //! The same hooks as the Linux preload's `hip.rs`, over the same guard; each only translates the
 //! ABI and calls the guard, and `pass()` is the plain runtime call.
 
-use std::ffi::{c_void, CStr};
-use std::os::raw::{c_char, c_int};
+use std::ffi::c_void;
+use std::os::raw::{c_char, c_int, c_uint};
 
 use crate::guard::{self, Api, Face, GetDeviceFn, Guard, SetDeviceFn, SUCCESS, SYMBOL_NOT_FOUND};
 use crate::hooks::{hooks, Real};

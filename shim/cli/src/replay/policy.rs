@@ -275,6 +275,9 @@ fn replay_pool(
     // No other thread can free memory during a replay: waiting before a retry only costs time.
     options.backoff = Duration::ZERO;
     let pool = Pool::new(CountingSource::new(capacity), options);
+    // A trace holds one program's requests in the order it made them: with `ordered_reuse` the
+    // replay is that of a program with all its work on one stream.
+    pool.source().set_in_order(config.ordered_reuse);
     // Pool address of each allocation, 0 while it is not live (the counting device starts far
     // above 0).
     let mut addrs = vec![0u64; trace.allocs as usize];
