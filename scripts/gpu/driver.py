@@ -554,10 +554,16 @@ def check_reuse(ctx):
     args = [str(HERE / "reuse.py"), "--iters", str(iters)]
     shim = ctx.run("reuse-shim-nocache", args, shim=True, caching=False)
     native = ctx.run("reuse-native-nocache", args, shim=False, caching=False)
-    name = "reuse after free, side stream, caching off"
+    in_order = ctx.run("reuse-default-stream-shim-nocache", args + ["--stream", "default"], shim=True, caching=False)
+    name = "reuse after free, side stream and default stream only, caching off"
     if not shim.ok:
         ctx.row(4, name, *broken(shim))
         return
+    if not in_order.ok:
+        ctx.row(4, name, *broken(in_order))
+        return
+    d = in_order.result
+    dbad = max(d["bad_fill"], d["bad_result"])
     r = shim.result
     bad = max(r["bad_fill"], r["bad_result"])
     figures = (
@@ -565,9 +571,15 @@ def check_reuse(ctx):
         f"results {r['bad_result']}, worst relative error {r['worst_rel_err']:.2e}); a new tensor landed on a "
         f"just-freed address {r['reused_addresses']} times of {2 * iters}"
     )
+    figures += (
+        f"; default stream only (reuse at once): {iters - dbad}/{iters} right, a new tensor on a just-freed "
+        f"address {d['reused_addresses']} times of {2 * iters}"
+    )
     problems = []
     if bad:
         problems.append(f"first failures {r['failures']}")
+    if dbad:
+        problems.append(f"default stream first failures {d['failures']}")
     if native.ok:
         n = native.result
         nbad = max(n["bad_fill"], n["bad_result"])

@@ -9,6 +9,10 @@ allocator that handed such a block out again before the side stream was done wit
 two streams write the same memory, and the fill values or the side stream's result below would
 come out wrong. The program prints how often a new tensor landed on a just-freed address, so
 the reader can see the reuse path was taken.
+
+With --stream default the chain runs on the default stream too and the program never makes a
+stream: all its work runs in one order, which is when rocmguard hands a freed block out again
+at once; the results must come out right all the same.
 """
 
 import argparse
@@ -40,6 +44,7 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--n", type=int, default=4096, help="square float32 matrices of n x n")
     p.add_argument("--chain", type=int, default=8, help="products queued on the side stream")
+    p.add_argument("--stream", choices=("side", "default"), default="side", help="where the chain runs")
     args = p.parse_args(argv)
     started = time.perf_counter()
     dev = torch.device("cuda")
@@ -54,8 +59,8 @@ def main(argv=None):
     torch.cuda.synchronize()
     ref_scale = ref.abs().max().item()
 
-    side = torch.cuda.Stream()
     main_stream = torch.cuda.current_stream()
+    side = torch.cuda.Stream() if args.stream == "side" else main_stream
     bad_fill = bad_result = reused = 0
     failures = []
     worst = 0.0
@@ -96,6 +101,7 @@ def main(argv=None):
             "iters": args.iters,
             "n": n,
             "chain": args.chain,
+            "stream": args.stream,
             "bad_fill": bad_fill,
             "bad_result": bad_result,
             "worst_rel_err": worst,

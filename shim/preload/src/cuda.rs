@@ -143,17 +143,17 @@ hooks! {
 
     [""] fn cudaStreamCreate(stream: *mut Stream) -> i32 |pass| {
         let _ = stream;
-        CUDA.stream_created(pass)
+        CUDA.stream_created("cudaStreamCreate", pass)
     }
 
     [""] fn cudaStreamCreateWithFlags(stream: *mut Stream, flags: c_uint) -> i32 |pass| {
         let _ = (stream, flags);
-        CUDA.stream_created(pass)
+        CUDA.stream_created("cudaStreamCreateWithFlags", pass)
     }
 
     [""] fn cudaStreamCreateWithPriority(stream: *mut Stream, flags: c_uint, priority: c_int) -> i32 |pass| {
         let _ = (stream, flags, priority);
-        CUDA.stream_created(pass)
+        CUDA.stream_created("cudaStreamCreateWithPriority", pass)
     }
 
     [""] fn cudaDeviceEnablePeerAccess(peer: c_int, flags: c_uint) -> i32 |pass| {
@@ -189,12 +189,12 @@ pub mod driver {
 
         [""] fn cuStreamCreate(stream: *mut Stream, flags: c_uint) -> i32 |pass| {
             let _ = (stream, flags);
-            CUDA.stream_created(pass)
+            CUDA.stream_created("cuStreamCreate", pass)
         }
 
         [""] fn cuStreamCreateWithPriority(stream: *mut Stream, flags: c_uint, priority: c_int) -> i32 |pass| {
             let _ = (stream, flags, priority);
-            CUDA.stream_created(pass)
+            CUDA.stream_created("cuStreamCreateWithPriority", pass)
         }
 
         [""] fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> i32 |pass| {

@@ -410,11 +410,12 @@ impl Guard {
         code
     }
 
-    /// A stream was made (`StreamCreate*`): work on it runs beside the default stream's.
-    pub fn stream_created(&'static self, pass: impl FnOnce() -> i32) -> i32 {
+    /// A stream was made (by `call`, a `StreamCreate*`): work on it runs beside the default
+    /// stream's.
+    pub fn stream_created(&'static self, call: &str, pass: impl FnOnce() -> i32) -> i32 {
         let code = pass();
         if let (SUCCESS, Some(a)) = (code, self.active()) {
-            a.leave_in_order("made a stream");
+            a.leave_in_order(format_args!("made a stream ({})", call));
         }
         code
     }
@@ -424,7 +425,7 @@ impl Guard {
     pub fn stream_named(&'static self, stream: *mut c_void) {
         if !is_default_stream(stream) {
             if let Some(a) = self.active() {
-                a.leave_in_order("queued work on a stream of its own");
+                a.leave_in_order(format_args!("named a stream of its own"));
             }
         }
     }
@@ -432,7 +433,7 @@ impl Guard {
     /// `DeviceEnablePeerAccess`: kernels of one device may now use another's memory.
     pub fn peer_access(&'static self, pass: impl FnOnce() -> i32) -> i32 {
         if let Some(a) = self.active() {
-            a.leave_in_order("enabled peer access");
+            a.leave_in_order(format_args!("enabled peer access"));
         }
         pass()
     }
@@ -517,7 +518,7 @@ impl Active {
             self.start_reclaimer();
         }
         if self.existing_pools().nth(1).is_some() {
-            self.leave_in_order("uses a second device");
+            self.leave_in_order(format_args!("uses a second device"));
         }
         Some(pool)
     }
@@ -525,7 +526,7 @@ impl Active {
     /// The program showed work outside one stream's order (`why`): from now on freed blocks
     /// wait for a synchronize, and blocks freed in order so far become free for any stream
     /// after one synchronize per device, before the caller hands the new stream out.
-    pub fn leave_in_order(&self, why: &str) {
+    pub fn leave_in_order(&self, why: std::fmt::Arguments) {
         if !self.in_order.swap(false, Ordering::AcqRel) {
             return;
         }

@@ -145,22 +145,22 @@ hooks! {
 
     ["hip_4.2"] fn hipStreamCreate(stream: *mut Stream) -> i32 |pass| {
         let _ = stream;
-        HIP.stream_created(pass)
+        HIP.stream_created("hipStreamCreate", pass)
     }
 
     ["hip_4.2"] fn hipStreamCreateWithFlags(stream: *mut Stream, flags: c_uint) -> i32 |pass| {
         let _ = (stream, flags);
-        HIP.stream_created(pass)
+        HIP.stream_created("hipStreamCreateWithFlags", pass)
     }
 
     ["hip_4.2"] fn hipStreamCreateWithPriority(stream: *mut Stream, flags: c_uint, priority: c_int) -> i32 |pass| {
         let _ = (stream, flags, priority);
-        HIP.stream_created(pass)
+        HIP.stream_created("hipStreamCreateWithPriority", pass)
     }
 
     ["hip_4.2"] fn hipExtStreamCreateWithCUMask(stream: *mut Stream, cu_mask_size: u32, cu_mask: *const u32) -> i32 |pass| {
         let _ = (stream, cu_mask_size, cu_mask);
-        HIP.stream_created(pass)
+        HIP.stream_created("hipExtStreamCreateWithCUMask", pass)
     }
 
     ["hip_4.2"] fn hipDeviceEnablePeerAccess(peer: c_int, flags: c_uint) -> i32 |pass| {
