@@ -172,39 +172,3 @@ hooks! {
     }
 }
 
-/// The driver's stream constructors, so streams made below the runtime (a library with its own
-/// static runtime, a program on the driver API) are seen too: as exports, and as answers of
-/// `cuGetProcAddress`, through which runtimes find the driver's functions.
-pub mod driver {
-    use std::ffi::{c_char, c_int, c_uint, c_void};
-
-    use super::{Stream, CUDA, DRIVER};
-    use crate::hooks::hooks;
-
-    /// `CUDA_ERROR_NOT_FOUND`.
-    const NOT_FOUND: i32 = 500;
-
-    hooks! {
-        libs = DRIVER, missing = NOT_FOUND;
-
-        [""] fn cuStreamCreate(stream: *mut Stream, flags: c_uint) -> i32 |pass| {
-            let _ = (stream, flags);
-            CUDA.stream_created("cuStreamCreate", pass)
-        }
-
-        [""] fn cuStreamCreateWithPriority(stream: *mut Stream, flags: c_uint, priority: c_int) -> i32 |pass| {
-            let _ = (stream, flags, priority);
-            CUDA.stream_created("cuStreamCreateWithPriority", pass)
-        }
-
-        [""] fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> i32 |pass| {
-            let _ = (version, flags);
-            crate::guard::hooked_answer(pass(), symbol, pfn)
-        }
-
-        [""] fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_void) -> i32 |pass| {
-            let _ = (version, flags, status);
-            crate::guard::hooked_answer(pass(), symbol, pfn)
-        }
-    }
-}

@@ -11,8 +11,6 @@ pub fn hook_for(name: &[u8], real: usize) -> Option<usize> {
         crate::hip::hook_for(name, real).or_else(|| crate::blas::hook_for(name, real))
     } else if name.starts_with(b"cuda") {
         crate::cuda::hook_for(name, real)
-    } else if name.starts_with(b"cu") {
-        crate::cuda::driver::hook_for(name, real)
     } else if name.starts_with(b"rocblas") || name.starts_with(b"miopen") {
         crate::blas::hook_for(name, real)
     } else {

@@ -233,8 +233,11 @@ pub struct Active {
     capturing: Mutex<Vec<usize>>,
     captures: AtomicUsize,
     /// True until the program shows it queues work other than on one device's default stream
-    /// (it makes a stream, passes one, uses a second device or peer access): until then every
-    /// use of a block is queued after all earlier uses, so freed blocks are reused at once.
+    /// (it makes a stream through the runtime, passes one, uses a second device or peer
+    /// access): until then every use of a block is queued after all earlier uses, so freed
+    /// blocks are reused at once. Streams a library makes below the runtime for itself (cuBLASLt
+    /// does, through the driver) do not count: a library keeps its work ordered with the
+    /// caller's stream, which PyTorch's own cache relies on too.
     in_order: AtomicBool,
     /// Devices whose cap warning has been printed.
     warned: Vec<AtomicBool>,
@@ -514,7 +517,7 @@ impl Active {
             ));
             Pool::new(source, options)
         });
-        if self.config.reclaim {
+        if !self.in_order.load(Ordering::Acquire) {
             self.start_reclaimer();
         }
         if self.existing_pools().nth(1).is_some() {
@@ -526,21 +529,26 @@ impl Active {
     /// The program showed work outside one stream's order (`why`): from now on freed blocks
     /// wait for a synchronize, and blocks freed in order so far become free for any stream
     /// after one synchronize per device, before the caller hands the new stream out.
-    pub fn leave_in_order(&self, why: std::fmt::Arguments) {
+    pub fn leave_in_order(&'static self, why: std::fmt::Arguments) {
         if !self.in_order.swap(false, Ordering::AcqRel) {
             return;
         }
         for (_, pool) in self.existing_pools() {
             pool.reclaim();
         }
+        self.start_reclaimer();
         log::info(format_args!(
             "{}: the program {}; freed blocks now wait for a device synchronize before reuse",
             self.face.name, why
         ));
     }
 
-    /// Starts the thread that releases freed blocks in the background, once.
+    /// Starts the thread that releases freed blocks in the background, once, where configured
+    /// and needed (blocks wait in quarantine only once work is out of one order).
     fn start_reclaimer(&'static self) {
+        if !self.config.reclaim || self.existing_pools().next().is_none() {
+            return;
+        }
         self.reclaimer.get_or_init(|| {
             let spawned = std::thread::Builder::new()
                 .name("rocmguard-reclaim".into())
