@@ -1,6 +1,7 @@
 //! The pool's hot path: an alloc+free pair the pool can serve, single-threaded and on 8
-//! threads, with virtual segments (the default) and plain ones, next to the same pair made
-//! straight to the (counting) device. Prints the median nanoseconds per pair over batches.
+//! threads, with virtual segments (the default) and plain ones, each with freed blocks reused
+//! at once (work in one order, a program on the default stream) and after a synchronize (a
+//! program with streams), next to the same pair made straight to the (counting) device. Prints the median nanoseconds per pair over batches.
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,7 +25,12 @@ fn pool_pairs(pool: &Pool<CountingSource>, sizes: &[u64]) -> f64 {
 }
 
 /// Median ns per pair on one thread and on 8, and the pool's stats after.
-fn measure(vmm: bool, device: u64, sizes: [u64; 6]) -> (f64, f64, rocmguard_core::Stats) {
+fn measure(
+    vmm: bool,
+    in_order: bool,
+    device: u64,
+    sizes: [u64; 6],
+) -> (f64, f64, rocmguard_core::Stats) {
     let config = Config {
         vmm,
         ..Config::default()
@@ -33,6 +39,7 @@ fn measure(vmm: bool, device: u64, sizes: [u64; 6]) -> (f64, f64, rocmguard_core
         CountingSource::new(device),
         PoolOptions::from_config(&config, device),
     ));
+    pool.source().set_in_order(in_order);
     pool_pairs(&pool, &sizes);
     let single = median((0..BATCHES).map(|_| pool_pairs(&pool, &sizes)).collect());
     let threaded = median(
@@ -58,8 +65,13 @@ fn measure(vmm: bool, device: u64, sizes: [u64; 6]) -> (f64, f64, rocmguard_core
 fn main() {
     let device = 64u64 << 30;
     let sizes = [512u64, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
-    for (vmm, name) in [(true, "virtual segments"), (false, "plain segments")] {
-        let (single, threaded, s) = measure(vmm, device, sizes);
+    for (vmm, in_order, name) in [
+        (true, true, "virtual, reuse at once"),
+        (true, false, "virtual, reuse after sync"),
+        (false, true, "plain, reuse at once"),
+        (false, false, "plain, reuse after sync"),
+    ] {
+        let (single, threaded, s) = measure(vmm, in_order, device, sizes);
         println!(
             "pooled alloc+free pair, 1 thread, {}:   {:>7.1} ns (median of {} x {} pairs)",
             name, single, BATCHES, PAIRS

@@ -322,13 +322,22 @@ impl<S: DeviceSource> Pool<S> {
                     st = self.synchronize_and_release(st);
                     continue;
                 }
-                None => match self.grow(&mut st, rounded) {
-                    Ok(block) => match self.back(&mut st, block, rounded) {
-                        Ok(_) => return Ok(self.take(&mut st, block, rounded, size)),
+                None => {
+                    // A new small segment that would set a new peak while a large one has room
+                    // churns: freed at the next growth of the other kind, made again after.
+                    if kind == 0 && self.growth_sets_peak(&st, SEGMENT) {
+                        if let Some(block) = st.smallest_idle_segment() {
+                            return Ok(self.take(&mut st, block, rounded, size));
+                        }
+                    }
+                    match self.grow(&mut st, rounded) {
+                        Ok(block) => match self.back(&mut st, block, rounded) {
+                            Ok(_) => return Ok(self.take(&mut st, block, rounded, size)),
+                            Err(e) => e,
+                        },
                         Err(e) => e,
-                    },
-                    Err(e) => e,
-                },
+                    }
+                }
             };
             if st.virtual_memory && st.mappings.is_empty() && !is_retryable(error) {
                 self.give_up_virtual_memory(&mut st);
@@ -336,11 +345,8 @@ impl<S: DeviceSource> Pool<S> {
             }
             if kind == 0 {
                 // The small pool could not grow; free room in a large segment serves.
-                if let Some(block) = st.find(1, rounded, oversize, false, false) {
-                    if let Ok(called) = self.back(&mut st, block, rounded) {
-                        st.stats.pool_hits += u64::from(!called);
-                        return Ok(self.take(&mut st, block, rounded, size));
-                    }
+                if let Some(addr) = self.small_in_large(&mut st, rounded, size, oversize) {
+                    return Ok(addr);
                 }
             }
             if attempt >= self.options.retries || !is_retryable(error) {
@@ -621,18 +627,42 @@ impl<S: DeviceSource> Pool<S> {
         grow: u64,
         keep_range: Option<(u64, u64)>,
     ) {
-        let cap = st.stats.cap;
-        let threshold = (self.options.trim_threshold * cap as f64) as u64;
-        let limit = st
-            .stats
-            .peak_reserved
-            .max(need)
-            .min(threshold.max(need))
-            .min(cap);
+        let limit = self.growth_limit(st, need);
         if st.stats.reserved + st.stats.external + grow > limit {
             let keep = limit.saturating_sub(st.stats.external + grow);
             self.trim_locked(st, keep, keep_range);
         }
+    }
+
+    /// What reserved (with external) may reach when the device gives `need` more bytes: the
+    /// peak so far, within the trim threshold and the cap.
+    fn growth_limit(&self, st: &State, need: u64) -> u64 {
+        let cap = st.stats.cap;
+        let threshold = (self.options.trim_threshold * cap as f64) as u64;
+        st.stats
+            .peak_reserved
+            .max(need)
+            .min(threshold.max(need))
+            .min(cap)
+    }
+
+    /// Whether taking `grow` more bytes from the device would pass [`Pool::growth_limit`].
+    fn growth_sets_peak(&self, st: &State, grow: u64) -> bool {
+        st.stats.reserved + st.stats.external + grow > self.growth_limit(st, grow)
+    }
+
+    /// A small request served from free room in a large segment, if one has it.
+    fn small_in_large(
+        &self,
+        st: &mut State,
+        rounded: u64,
+        size: u64,
+        oversize: u64,
+    ) -> Option<u64> {
+        let block = st.find(1, rounded, oversize, false, false)?;
+        let called = self.back(st, block, rounded).ok()?;
+        st.stats.pool_hits += u64::from(!called);
+        Some(self.take(st, block, rounded, size))
     }
 
     /// A new virtual segment big enough for the whole cap (up to [`VIRTUAL_SEGMENT`]) and for
@@ -856,6 +886,23 @@ impl State {
     /// in order since the last one.
     fn unsettled(&self) -> bool {
         !self.quarantine.is_empty() || self.freed_in_order > self.synced_mark
+    }
+
+    /// The free block of the smallest wholly free plain segment of at most [`MEDIUM_SEGMENT`]
+    /// (a larger one would be pinned by a small block).
+    fn smallest_idle_segment(&self) -> Option<u32> {
+        self.segments
+            .iter()
+            .flatten()
+            .filter(|s| {
+                let b = &self.blocks[s.first as usize];
+                s.pages.is_none()
+                    && s.size <= MEDIUM_SEGMENT
+                    && b.state == BlockState::Free
+                    && b.size == s.size
+            })
+            .min_by_key(|s| s.size)
+            .map(|s| s.first)
     }
 
     fn live_total(&self) -> u64 {

@@ -171,4 +171,3 @@ hooks! {
         CUDA.end_capture(stream, pass)
     }
 }
-
