@@ -25,6 +25,13 @@ int main(void) {
     printf("hipDeviceGetDefaultMemPool %d\n", hipDeviceGetDefaultMemPool(&pool, 0));
     printf("hipMemPoolTrimTo %d\n", hipMemPoolTrimTo(pool, 0));
     printf("hipDeviceSynchronize %d\n", hipDeviceSynchronize());
+    hipStream_t made = NULL;
+    unsigned mask = 1;
+    printf("hipStreamCreate %d\n", hipStreamCreate(&made));
+    printf("hipStreamCreateWithFlags %d\n", hipStreamCreateWithFlags(&made, hipStreamNonBlocking));
+    printf("hipStreamCreateWithPriority %d\n", hipStreamCreateWithPriority(&made, 0, 0));
+    printf("hipExtStreamCreateWithCUMask %d\n", hipExtStreamCreateWithCUMask(&made, 1, &mask));
+    printf("hipDeviceEnablePeerAccess %d\n", hipDeviceEnablePeerAccess(1, 0));
     printf("hipStreamBeginCapture %d\n", hipStreamBeginCapture(s, hipStreamCaptureModeGlobal));
     printf("hipPeekAtLastError %d\n", hipPeekAtLastError());
     printf("hipGetLastError %d\n", hipGetLastError());
