@@ -327,6 +327,7 @@ impl<S: DeviceSource> Pool<S> {
                     // churns: freed at the next growth of the other kind, made again after.
                     if kind == 0 && self.growth_sets_peak(&st, SEGMENT) {
                         if let Some(block) = st.smallest_idle_segment() {
+                            st.stats.pool_hits += 1;
                             return Ok(self.take(&mut st, block, rounded, size));
                         }
                     }
