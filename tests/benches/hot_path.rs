@@ -1,7 +1,8 @@
 //! The pool's hot path: an alloc+free pair the pool can serve, single-threaded and on 8
 //! threads, with virtual segments (the default) and plain ones, each with freed blocks reused
 //! at once (work in one order, a program on the default stream) and after a synchronize (a
-//! program with streams), next to the same pair made straight to the (counting) device. Prints the median nanoseconds per pair over batches.
+//! program with streams), next to the same pair made straight to the (counting) device. Prints
+//! the median nanoseconds per pair over batches.
 use std::sync::Arc;
 use std::time::Instant;
 

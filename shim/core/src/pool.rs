@@ -882,7 +882,6 @@ fn is_retryable(e: AllocError) -> bool {
 }
 
 impl State {
-    /// Live bytes counted against the cap: the pool's blocks in use and external charges.
     /// Whether a synchronize would make something safe: blocks in quarantine, or blocks freed
     /// in order since the last one.
     fn unsettled(&self) -> bool {
@@ -906,6 +905,7 @@ impl State {
             .map(|s| s.first)
     }
 
+    /// Live bytes counted against the cap: the pool's blocks in use and external charges.
     fn live_total(&self) -> u64 {
         self.stats.live + self.stats.external
     }
