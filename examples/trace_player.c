@@ -2,7 +2,7 @@
  * as real hipMalloc/hipFree calls, the way the program that was recorded made them. It knows
  * nothing of rocmguard: run it with and without LD_PRELOAD=librocmguard.so to compare.
  *
- *   zcat ../shared/traces/resnet_train.csv.gz | ./trace_player
+ *   zcat data/traces/resnet_train.csv.gz | ./trace_player
  *
  * Prints the calls made, the failures, the peak of live bytes, and what the device itself saw
  * (where the runtime is hipsim, the simulator, which counts). */

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The main job (README): builds everything, then replays a real PyTorch training run's
-# allocations (ResNet-50, ../shared/traces/resnet_train.csv.gz) as real hipMalloc/hipFree calls
+# allocations (ResNet-50, data/traces/resnet_train.csv.gz) as real hipMalloc/hipFree calls
 # of an unmodified C program on hipsim, the SIMULATED HIP runtime (no AMD GPU needed), first
 # bare and then under librocmguard.so with a cap and injected transient out-of-memory faults,
 # and prints what rocmguard did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-trace=${1:-$root/../shared/traces/resnet_train.csv.gz}
+trace=${1:-$root/data/traces/resnet_train.csv.gz}
 [ -f "$trace" ] || { echo "demo: no trace at $trace (give one as the first argument)" >&2; exit 2; }
 
 cargo build --release --quiet

@@ -1,4 +1,4 @@
-//! Replays the tensor-level rows of the real PyTorch traces in `../shared/traces/` through the
+//! Replays the tensor-level rows of the real PyTorch traces in `data/traces/` through the
 //! pool over a device that only counts, and prints peak reserved against peak live and the
 //! device calls per 100 requests, next to what PyTorch's caching allocator did on the same runs:
 //! with the default settings (virtual memory, which the counting device offers) and with plain
@@ -11,7 +11,8 @@ use rocmguard_cli::replay::load;
 use rocmguard_cli::replay::policy::{self, Policy};
 
 fn main() {
-    let dir = std::env::var("ROCMGUARD_TRACES").unwrap_or_else(|_| "../../shared/traces".into());
+    let dir = std::env::var("ROCMGUARD_TRACES")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../data/traces").into());
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     println!(
         "{:<18} {:<6} {:<8} {:>14} {:>14} {:>8} {:>14} {:>14} {:>10}",

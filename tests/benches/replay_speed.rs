@@ -22,7 +22,8 @@ fn speed(trace: &Trace, policy: &Policy, budget: Duration) -> f64 {
 }
 
 fn main() {
-    let dir = std::env::var("ROCMGUARD_TRACES").unwrap_or_else(|_| "../../shared/traces".into());
+    let dir = std::env::var("ROCMGUARD_TRACES")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../data/traces").into());
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let budget = Duration::from_millis(
         std::env::var("ROCMGUARD_BENCH_MS")

@@ -20,7 +20,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn shared_traces() -> PathBuf {
-    root().join("../shared/traces")
+    root().join("data/traces")
 }
 
 /// A fresh scratch directory for one test.

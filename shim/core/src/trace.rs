@@ -2,7 +2,7 @@
 //! thread) writes it and `rocmguard replay` reads it.
 //!
 //! It is RAPIDS RMM's allocation-log CSV, so RMM's replay benchmark, pandas and any CSV tool read
-//! our traces, and we read RMM's and the PyTorch traces in `shared/traces/`. Our own columns come
+//! our traces, and we read RMM's and the PyTorch traces in `data/traces/`. Our own columns come
 //! after RMM's six:
 //!
 //! ```text
