@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""What rocmguard costs a PyTorch program, to within 1%: step times of unmodified workloads
+(workloads.py) run as many short processes, the variants interleaved in a fresh random order
+every round, each process pinned to the same CPUs.
+
+Variants (each a process running every workload in turn):
+  native       no preload
+  empty        an empty preloaded library: what preloading anything costs (the control)
+  shim         LD_PRELOAD=librocmguard.so, PyTorch's cache on (the cap-only user)
+  shim-nocache the shim with PYTORCH_NO_CUDA_MEMORY_CACHING=1: rocmguard is the only cache
+  count        a counting interposer in front of the shim (count_calls.c): hooked calls per step
+
+For each workload and variant the figure is the median over rounds of (variant's median step /
+the same round's native median step), with a 95% bootstrap confidence interval over rounds.
+Verdicts: PASS when the whole interval is within the target (shim 1%, shim-nocache 5%), FAIL when
+the whole interval is past it, UNRESOLVED otherwise -- which is not a pass: run more rounds.
+
+Usage: overhead.py --lib target/release/librocmguard.so [--rounds 6] [--workloads gpt2,decode]
+       [--variants native,empty,shim] [--budget 540] [--json PATH]
+The GPU's clocks are left as the machine sets them (the device tool forbids changing them).
+"""
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TAG = "OVERHEAD-RESULT"
+TARGETS = {"shim": 1.01, "shim-nocache": 1.05}
+STEPS = {"gpt2": (3, 12), "resnet50": (3, 15), "decode": (2, 6), "moe": (3, 15), "unet": (3, 20)}
+
+
+def child(workloads, counting):
+    """One process: every workload's warm-up then timed steps; prints one JSON line."""
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    import workloads as w
+
+    torch.manual_seed(0)
+    device = torch.device("cuda")
+    counter = None
+    if counting:
+        import ctypes
+
+        counter = ctypes.CDLL(None)
+        if not hasattr(counter, "rocmguard_counts"):
+            counter = None
+    result = {}
+    for name in workloads:
+        warmup, steps = STEPS[name]
+        step = w.BUILDERS[name](device)
+        times = []
+        before = read_counts(counter)
+        for i in range(warmup + steps):
+            if i == warmup:
+                before = read_counts(counter)
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - start) * 1e3)
+        after = read_counts(counter)
+        entry = {"median_ms": statistics.median(times[warmup:]), "step_ms": times[warmup:]}
+        if counter is not None:
+            entry["calls_per_step"] = {k: (after[k] - before[k]) / steps for k in after if after[k] != before[k]}
+        result[name] = entry
+        del step
+        torch.cuda.synchronize()
+    print(TAG, json.dumps(result), flush=True)
+
+
+def read_counts(counter):
+    if counter is None:
+        return {}
+    import ctypes
+
+    n = 64
+    names = (ctypes.c_char_p * n)()
+    counts = (ctypes.c_long * n)()
+    total = counter.rocmguard_counts(names, counts, n)
+    return {names[i].decode(): counts[i] for i in range(min(n, total))}
+
+
+def build_helpers(workdir):
+    """The empty library and the counting interposer, compiled here (cc is on the GPU machine)."""
+    empty, count = workdir / "libempty.so", workdir / "count_calls.so"
+    (workdir / "empty.c").write_text("/* preloaded as a control: defines nothing */\nint rocmguard_empty_control;\n")
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(empty), str(workdir / "empty.c")], check=True)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(count), str(HERE / "count_calls.c"), "-ldl"], check=True)
+    return empty, count
+
+
+def env_for(variant, lib, empty, count):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMGUARD_") and k not in ("LD_PRELOAD", "PYTORCH_NO_CUDA_MEMORY_CACHING")}
+    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NCCL_NVLS_ENABLE": "0", "OMP_NUM_THREADS": "4"})
+    preload = {"native": None, "empty": str(empty), "shim": lib, "shim-nocache": lib, "count": f"{count}:{lib}"}[variant]
+    if preload:
+        env["LD_PRELOAD"] = preload
+    if variant == "shim-nocache":
+        env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    return env
+
+
+def bootstrap_ci(values, reps=4000, seed=1):
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(reps))
+    return meds[int(0.025 * reps)], meds[int(0.975 * reps) - 1]
+
+
+def verdict(variant, lo, hi):
+    target = TARGETS.get(variant)
+    if target is None:
+        return "info"
+    if hi <= target:
+        return "PASS"
+    if lo > target:
+        return "FAIL"
+    return "UNRESOLVED"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lib", default=str(HERE.parent.parent / "target/release/librocmguard.so"))
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--workloads", default="gpt2,resnet50,decode")
+    p.add_argument("--variants", default="native,empty,shim")
+    p.add_argument("--counts", action="store_true", help="also one counting run per round")
+    p.add_argument("--cpus", default="2-9", help="CPUs every process is pinned to (taskset)")
+    p.add_argument("--budget", type=float, default=540, help="seconds; no round starts past it")
+    p.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "overhead.json"))
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--counting", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        return child(args.child.split(","), args.counting)
+
+    lib = str(Path(args.lib).resolve())
+    workloads = args.workloads.split(",")
+    variants = args.variants.split(",")
+    empty, count = build_helpers(Path(tempfile.mkdtemp()))
+    started = time.monotonic()
+    medians = {v: {w: [] for w in workloads} for v in variants}
+    counts = {}
+    rounds = 0
+    order_rng = random.Random(42)
+    for r in range(args.rounds):
+        elapsed = time.monotonic() - started
+        if rounds and elapsed + elapsed / rounds > args.budget:
+            print(f"budget: stopping after {rounds} rounds", flush=True)
+            break
+        order = variants[:]
+        order_rng.shuffle(order)
+        if args.counts and r == 0:
+            order.append("count")
+        for variant in order:
+            cmd = ["taskset", "-c", args.cpus, sys.executable, str(HERE / "overhead.py"), "--child", ",".join(workloads)]
+            if variant == "count":
+                cmd.append("--counting")
+            try:
+                proc = subprocess.run(cmd, env=env_for(variant, lib, empty, count), capture_output=True, text=True, timeout=240)
+            except subprocess.TimeoutExpired as e:
+                text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+                proc = subprocess.CompletedProcess(cmd, "timeout", text(e.stdout), text(e.stderr))
+            line = next((l for l in (proc.stdout or "").splitlines() if l.startswith(TAG)), None)
+            if variant == "count" and line is None:
+                print(f"counting run: no result (exit {proc.returncode}); counts left out", flush=True)
+                continue
+            if proc.returncode != 0 or line is None:
+                print(f"round {r} {variant}: failed (exit {proc.returncode})\n{proc.stderr[-2000:]}", flush=True)
+                return 1
+            res = json.loads(line[len(TAG) :])
+            if variant == "count":
+                counts = {w: res[w].get("calls_per_step", {}) for w in workloads}
+                continue
+            for w in workloads:
+                medians[variant][w].append(res[w]["median_ms"])
+            print(f"[{time.monotonic() - started:5.0f}s] round {r} {variant:<12} " + "  ".join(f"{w} {res[w]['median_ms']:.2f}ms" for w in workloads), flush=True)
+        rounds += 1
+
+    rows = []
+    print(f"\n{'workload':<10} {'variant':<13} {'median ms':>10} {'ratio':>7} {'95% CI':>17}  verdict   (rounds: {rounds})")
+    for w in workloads:
+        base = medians["native"][w]
+        for v in variants:
+            ms = statistics.median(medians[v][w])
+            if v == "native":
+                print(f"{w:<10} {v:<13} {ms:10.2f}")
+                continue
+            ratios = [a / b for a, b in zip(medians[v][w], base)]
+            ratio = statistics.median(ratios)
+            lo, hi = bootstrap_ci(ratios)
+            status = verdict(v, lo, hi)
+            rows.append({"workload": w, "variant": v, "median_ms": ms, "ratio": ratio, "ci": [lo, hi], "status": status, "ratios": ratios})
+            print(f"{w:<10} {v:<13} {ms:10.2f} {ratio:7.4f} [{lo:.4f}, {hi:.4f}]  {status}")
+    if counts:
+        print("\nhooked calls per timed step (counting interposer in front of the shim, cache on):")
+        for w in workloads:
+            print(f"  {w}: " + (", ".join(f"{k} {v:g}" for k, v in sorted(counts[w].items())) or "none"))
+    Path(args.json).write_text(json.dumps({"rounds": rounds, "medians": medians, "rows": rows, "counts": counts}, indent=1))
+    return 1 if any(r["status"] in ("FAIL", "UNRESOLVED") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
