@@ -412,7 +412,7 @@ impl<S: DeviceSource> Pool<S> {
             let b = &st.blocks[i as usize];
             if addr - b.addr < b.size {
                 let live = b.state == BlockState::Live && addr - b.addr < b.requested.max(1);
-                return if live { Some((b.addr, b.requested)) } else { None };
+                return live.then_some((b.addr, b.requested));
             }
             i = b.next;
         }

@@ -8,6 +8,7 @@
 //! streams with queued work, stream capture and what invalidates it, the sticky per-thread last
 //! error of ROCm 7, `hipGetProcAddress` resolving to its own exports, APU memory misreporting,
 //! injected faults, virtual memory management (reserve, create, map, set access; Linux only),
+//! address-range queries (`hipMemGetAddressRange`, `hipMemPtrGetInfo`),
 //! and versioned exports (`hip_4.2`, `hip_5.1`, ...) like the real library.
 //! Knobs are `HIPSIM_*` environment variables (see `config`).
 //!

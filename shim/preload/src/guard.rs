@@ -227,8 +227,9 @@ pub struct Active {
     pub api: Api,
     pub config: &'static Config,
     pools: Vec<OnceCell<Pool<Source>>>,
-    /// Pass-through allocations counted against the cap: pointer -> (device, bytes).
-    external: Mutex<std::collections::HashMap<usize, (i32, u64)>>,
+    /// Pass-through allocations counted against the cap: (what, pointer or handle) ->
+    /// (device, bytes).
+    external: Mutex<std::collections::HashMap<(Handed, usize), (i32, u64)>>,
     /// Stream captures in progress (streams by address), and their count.
     capturing: Mutex<Vec<usize>>,
     captures: AtomicUsize,
@@ -245,6 +246,14 @@ pub struct Active {
     /// begins, so a background synchronize never overlaps the start of a capture.
     sync_gate: std::sync::RwLock<()>,
     reclaimer: OnceCell<()>,
+}
+
+/// What a pass-through allocation handed the program: a pointer (`hipMallocManaged`, ...) or a
+/// handle to physical memory (`hipMemCreate`, `cuMemCreate`), which never name each other.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Handed {
+    Pointer,
+    Handle,
 }
 
 pub struct Guard {
@@ -351,6 +360,44 @@ impl Guard {
             }
             _ => pass(),
         }
+    }
+
+    /// `MemCreate`: physical memory the program maps itself, counted against the cap of the
+    /// device it is made on (`None`: not device memory, passed through). `sticky`: the call
+    /// sets the runtime's last error (HIP's does; the CUDA driver has none).
+    pub fn mem_create(
+        &'static self,
+        handle: *mut *mut c_void,
+        size: usize,
+        device: Option<i32>,
+        sticky: bool,
+        mut pass: impl FnMut() -> i32,
+    ) -> i32 {
+        match (self.active(), device) {
+            (Some(a), Some(d)) if !handle.is_null() && size > 0 => {
+                a.external_alloc_on(d, Handed::Handle, sticky, handle, size, pass)
+            }
+            _ => pass(),
+        }
+    }
+
+    /// `MemRelease`: the runtime releases the handle; we stop counting it.
+    pub fn mem_release(&'static self, handle: *mut c_void, pass: impl FnOnce() -> i32) -> i32 {
+        let code = pass();
+        if let (SUCCESS, Some(a)) = (code, self.active()) {
+            a.external_forget(Handed::Handle, handle);
+        }
+        code
+    }
+
+    /// The live pooled block holding `ptr` (any byte of it), `(start, size)`, for the
+    /// address-range queries; `None` for memory the pool does not hand out.
+    pub fn block_of(&'static self, ptr: *const c_void) -> Option<(u64, u64)> {
+        let a = self.active()?;
+        let found = a
+            .existing_pools()
+            .find_map(|(_, p)| p.block_containing(ptr as u64));
+        found
     }
 
     /// `FreeAsync`: the runtime frees; we stop counting it.
@@ -651,16 +698,31 @@ impl Active {
         size: usize,
         mut call: impl FnMut() -> i32,
     ) -> i32 {
-        let device = match self.current_device() {
-            Some(d) => d,
-            None => return call(),
-        };
+        match self.current_device() {
+            Some(d) => self.external_alloc_on(d, Handed::Pointer, true, ptr, size, call),
+            None => call(),
+        }
+    }
+
+    /// [`Active::external_alloc`] on `device`, for what `call` hands back at `*ptr`; a refusal
+    /// by the cap becomes the last error where `sticky`.
+    pub fn external_alloc_on(
+        &'static self,
+        device: i32,
+        handed: Handed,
+        sticky: bool,
+        ptr: *mut *mut c_void,
+        size: usize,
+        mut call: impl FnMut() -> i32,
+    ) -> i32 {
         let pool = match self.pool(device) {
             Some(p) => p,
             None => return call(),
         };
         if pool.charge(size as u64).is_err() {
-            SHADOW_ERROR.with(|c| c.set(OUT_OF_MEMORY));
+            if sticky {
+                SHADOW_ERROR.with(|c| c.set(OUT_OF_MEMORY));
+            }
             self.refused(device, pool, size as u64);
             return OUT_OF_MEMORY;
         }
@@ -671,7 +733,7 @@ impl Active {
             pool.trim_to(0);
             crate::trace::event(Action::Retry, device, 0, size as u64);
             code = call();
-            if code == SUCCESS {
+            if code == SUCCESS && sticky {
                 // The failed attempt left its error in the runtime's slot; the program
                 // got what it asked for.
                 // SAFETY: no arguments.
@@ -684,7 +746,7 @@ impl Active {
             self.external
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(p, (device, size as u64));
+                .insert((handed, p), (device, size as u64));
             crate::trace::alloc(device, p as u64, size as u64);
         } else {
             pool.uncharge(size as u64);
@@ -694,11 +756,16 @@ impl Active {
 
     /// Forgets a pass-through allocation once the runtime has freed it.
     pub fn external_free(&self, ptr: *mut c_void) {
+        self.external_forget(Handed::Pointer, ptr)
+    }
+
+    /// Forgets a pass-through pointer or handle once the runtime has freed or released it.
+    pub fn external_forget(&self, handed: Handed, ptr: *mut c_void) {
         let entry = self
             .external
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&(ptr as usize));
+            .remove(&(handed, ptr as usize));
         if let Some((device, size)) = entry {
             if let Some(p) = self.pools.get(device as usize).and_then(|c| c.get()) {
                 p.uncharge(size);

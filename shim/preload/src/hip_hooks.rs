@@ -89,6 +89,36 @@ hooks! {
         HIP.trim_to(min_bytes_to_hold, pass)
     }
 
+    ["hip_5.1"] fn hipMemCreate(handle: *mut *mut c_void, size: usize, prop: *const c_void, flags: u64) -> i32 |pass| {
+        let _ = flags;
+        HIP.mem_create(handle, size, crate::vmm::device_of(prop), true, pass)
+    }
+
+    ["hip_5.1"] fn hipMemRelease(handle: *mut c_void) -> i32 |pass| {
+        HIP.mem_release(handle, pass)
+    }
+
+    ["hip_4.2"] fn hipMemGetAddressRange(base: *mut *mut c_void, size: *mut usize, ptr: *mut c_void) -> i32 |pass| {
+        match HIP.block_of(ptr) {
+            Some((start, bytes)) if !base.is_null() && !size.is_null() => {
+                *base = start as *mut c_void;
+                *size = bytes as usize;
+                SUCCESS
+            }
+            _ => pass(),
+        }
+    }
+
+    ["hip_4.2"] fn hipMemPtrGetInfo(ptr: *mut c_void, size: *mut usize) -> i32 |pass| {
+        match HIP.block_of(ptr) {
+            Some((_, bytes)) if !size.is_null() => {
+                *size = bytes as usize;
+                SUCCESS
+            }
+            _ => pass(),
+        }
+    }
+
     ["hip_4.2"] fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> i32 |pass| {
         HIP.mem_get_info(free, total, pass)
     }
@@ -174,6 +204,16 @@ hooks! {
     }
 
     ["hip_4.2"] fn hipStreamEndCapture(stream: Stream, graph: *mut *mut c_void) -> i32 |pass| {
+        let _ = graph;
+        HIP.end_capture(stream, pass)
+    }
+
+    ["hip_5.3"] fn hipStreamBeginCapture_spt(stream: Stream, mode: c_int) -> i32 |pass| {
+        let _ = mode;
+        HIP.begin_capture(stream, pass)
+    }
+
+    ["hip_5.3"] fn hipStreamEndCapture_spt(stream: Stream, graph: *mut *mut c_void) -> i32 |pass| {
         let _ = graph;
         HIP.end_capture(stream, pass)
     }

@@ -158,6 +158,24 @@ impl Vmm {
     }
 }
 
+/// The device whose memory a `hipMemAllocationProp` / `CUmemAllocationProp` asks for; `None`
+/// for a null prop or a location other than a device (host, host NUMA node).
+///
+/// # Safety
+/// `prop` is null or points to the struct the runtime is about to read.
+pub unsafe fn device_of(prop: *const c_void) -> Option<i32> {
+    if prop.is_null() {
+        return None;
+    }
+    // SAFETY: `location` lies at offset 8 of the caller's struct in both runtimes' layouts.
+    let location = std::ptr::read_unaligned((prop as *const u8).add(8) as *const Location);
+    if location.kind == LOCATION_DEVICE {
+        Some(location.id)
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +183,25 @@ mod tests {
     #[test]
     fn structs_have_the_runtime_layout() {
         assert_eq!(std::mem::size_of::<AllocationProp>(), 32);
+        let mut prop = AllocationProp {
+            kind: ALLOCATION_PINNED,
+            handle_types: 0,
+            location: Location {
+                kind: LOCATION_DEVICE,
+                id: 3,
+            },
+            win32_metadata: std::ptr::null_mut(),
+            compression: 0,
+            rdma_capable: 0,
+            usage: 0,
+            reserved: [0; 4],
+        };
+        let at = &prop as *const AllocationProp as *const c_void;
+        assert_eq!(unsafe { device_of(at) }, Some(3));
+        prop.location.kind = 2;
+        let at = &prop as *const AllocationProp as *const c_void;
+        assert_eq!(unsafe { device_of(at) }, None, "a host location");
+        assert_eq!(unsafe { device_of(std::ptr::null()) }, None);
         assert_eq!(std::mem::size_of::<AccessDesc>(), 12);
     }
 }
