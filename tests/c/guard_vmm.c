@@ -26,6 +26,12 @@ hipError_t hipMemMap(void* ptr, size_t size, size_t offset, hipMemGenericAllocat
                      unsigned long long flags);
 hipError_t hipMemUnmap(void* ptr, size_t size);
 hipError_t hipMemSetAccess(void* ptr, size_t size, const AccessDesc* desc, size_t count);
+typedef struct { void* ptr; size_t pitch, xsize, ysize; } PitchedPtr;
+typedef struct { size_t width, height, depth; } Extent;
+hipError_t hipMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height);
+hipError_t hipMalloc3D(PitchedPtr* pitched, Extent extent);
+hipError_t hipMemAllocPitch(void** ptr, size_t* pitch, size_t width, size_t height,
+                            unsigned int element_size);
 hipError_t hipMemGetAddressRange(void** base, size_t* size, void* ptr);
 hipError_t hipMemPtrGetInfo(void* ptr, size_t* size);
 
@@ -105,8 +111,41 @@ static void queries(void) {
     OK(hipFree(m));
 }
 
+static void pitched(void) {
+    size_t before = free_now(), pitch = 0, size = 0;
+    void *p = NULL, *q = NULL, *big = NULL, *zero = &size, *base = NULL;
+    printf("pitch_rc %d\n", hipMallocPitch(&p, &pitch, 1000, 300));
+    printf("pitch %zu\n", pitch);
+    printf("pitch_counted %zu\n", before - free_now());
+    OK(hipMemset((char*)p + 299 * pitch, 7, 1000));
+    OK(hipMemGetAddressRange(&base, &size, (char*)p + 5 * pitch + 7));
+    printf("pitch_range_base_is_block %d\npitch_range_size %zu\n", base == p, size);
+
+    PitchedPtr pp;
+    memset(&pp, 0, sizeof pp);
+    Extent extent = {1000, 10, 3};
+    printf("m3d %d\n", hipMalloc3D(&pp, extent));
+    printf("m3d_pitch %zu\nm3d_xsize %zu\nm3d_ysize %zu\n", pp.pitch, pp.xsize, pp.ysize);
+    OK(hipMemPtrGetInfo(pp.ptr, &size));
+    printf("m3d_size %zu\n", size);
+
+    printf("alloc_pitch_bad_element %d\n", hipMemAllocPitch(&q, &pitch, 64, 2, 3));
+    printf("alloc_pitch %d\n", hipMemAllocPitch(&q, &pitch, 64, 2, 4));
+    printf("alloc_pitch_pitch %zu\n", pitch);
+    printf("pitch_past %d\n", hipMallocPitch(&big, &pitch, GiB, 3));
+    (void)hipGetLastError();
+    printf("pitch_zero %d\n", hipMallocPitch(&zero, &pitch, 0, 5));
+    printf("pitch_zero_null %d\n", zero == NULL);
+    OK(hipFree(p));
+    OK(hipFree(pp.ptr));
+    OK(hipFree(q));
+    printf("pitch_all_back %d\n", free_now() == before);
+}
+
 int main(int argc, char** argv) {
-    if (argc > 1 && strcmp(argv[1], "queries") == 0) {
+    if (argc > 1 && strcmp(argv[1], "pitched") == 0) {
+        pitched();
+    } else if (argc > 1 && strcmp(argv[1], "queries") == 0) {
         queries();
     } else {
         counted();

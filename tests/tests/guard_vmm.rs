@@ -153,3 +153,54 @@ fn address_range_queries_describe_the_pooled_block() {
         }
     }
 }
+
+#[test]
+fn pitched_allocations_go_through_the_pool_with_the_runtime_pitch() {
+    for vmm in ["1", "0"] {
+        let s = guarded(&["pitched"], &[("ROCMGUARD_VMM", vmm)]);
+        let n = native(&["pitched"]);
+        let stderr = String::from_utf8_lossy(&s.1.stderr).into_owned();
+        assert!(
+            stderr.contains("refused 3.00 GiB"),
+            "the pool served it, and refused past the cap:\n{}",
+            stderr
+        );
+        for seen in [&s, &n] {
+            assert_eq!(num(seen, "pitch_rc"), 0);
+            assert_eq!(
+                num(seen, "pitch"),
+                1024,
+                "rows padded to 256 bytes, as in ROCm"
+            );
+            assert_eq!(
+                num(seen, "pitch_counted"),
+                1024 * 300,
+                "(ROCMGUARD_VMM={})",
+                vmm
+            );
+            assert_eq!(num(seen, "pitch_range_base_is_block"), 1);
+            assert_eq!(num(seen, "pitch_range_size"), 1024 * 300);
+            assert_eq!(num(seen, "m3d"), 0);
+            assert_eq!(
+                (
+                    num(seen, "m3d_pitch"),
+                    num(seen, "m3d_xsize"),
+                    num(seen, "m3d_ysize")
+                ),
+                (1024, 1000, 10)
+            );
+            assert_eq!(num(seen, "m3d_size"), 1024 * 10 * 3);
+            assert_eq!(num(seen, "alloc_pitch_bad_element"), INVALID_VALUE);
+            assert_eq!(
+                (num(seen, "alloc_pitch"), num(seen, "alloc_pitch_pitch")),
+                (0, 256)
+            );
+            assert_eq!(num(seen, "pitch_past"), OUT_OF_MEMORY);
+            assert_eq!(
+                (num(seen, "pitch_zero"), num(seen, "pitch_zero_null")),
+                (0, 1)
+            );
+            assert_eq!(num(seen, "pitch_all_back"), 1);
+        }
+    }
+}

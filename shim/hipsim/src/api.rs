@@ -44,7 +44,7 @@ fn existing(sim: &Sim, stream: Stream) -> Result<streams::Target, HipError> {
 }
 
 /// Which call allocates, with what it needs beyond the size.
-enum Alloc {
+pub(crate) enum Alloc {
     /// `hipMalloc`, `hipExtMallocWithFlags`.
     Device { flags: u32 },
     /// `hipMallocManaged`.
@@ -56,7 +56,7 @@ enum Alloc {
 }
 
 /// The body shared by every allocating call.
-unsafe fn allocate(out: *mut *mut c_void, size: usize, how: Alloc) -> HipResult {
+pub(crate) unsafe fn allocate(out: *mut *mut c_void, size: usize, how: Alloc) -> HipResult {
     if out.is_null() {
         return Err(INVALID_VALUE);
     }

@@ -331,6 +331,36 @@ impl Guard {
         }
     }
 
+    /// `MallocPitch` and its kin: `height * depth` rows of `width` bytes, each padded to a
+    /// multiple of `alignment` (the runtime's pitch), through the pool like `Malloc`. A zero
+    /// extent or a bad argument goes to the runtime, which answers it.
+    ///
+    /// # Safety
+    /// `pitch` is null or valid for writes, as the runtime requires.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn malloc_pitched(
+        &'static self,
+        ptr: *mut *mut c_void,
+        pitch: *mut usize,
+        width: usize,
+        height: usize,
+        depth: usize,
+        alignment: usize,
+        pass: impl FnOnce() -> i32,
+    ) -> i32 {
+        let row = width
+            .checked_add(alignment - 1)
+            .map(|w| w / alignment * alignment);
+        let size = row.and_then(|r| r.checked_mul(height)?.checked_mul(depth));
+        match (row, size) {
+            (Some(row), Some(size)) if !pitch.is_null() && self.active().is_some() => {
+                *pitch = row;
+                self.malloc(ptr, size, pass)
+            }
+            _ => pass(),
+        }
+    }
+
     /// Allocations the runtime makes itself (managed, stream-ordered, flagged), counted against
     /// the cap.
     pub fn external_malloc(
