@@ -91,6 +91,10 @@ static void queries(void) {
     OK(hipMalloc(&a, MiB + 100));
     OK(hipMalloc(&b, 3000));
     OK(hipMallocManaged(&m, 5000, 1));
+    unsigned char last = 0;
+    OK(hipMemset(a, 0x11, MiB + 100));
+    OK(hipMemcpy(&last, (char*)a + MiB + 99, 1, hipMemcpyDeviceToHost));
+    printf("data_ok %d\n", last == 0x11);
     printf("range %d\n", hipMemGetAddressRange(&base, &size, (char*)a + 1000));
     printf("range_base_is_block %d\n", base == a);
     printf("range_size %zu\n", size);

@@ -122,6 +122,7 @@ fn address_range_queries_describe_the_pooled_block() {
         let s = guarded(&["queries"], &[("ROCMGUARD_VMM", vmm)]);
         let n = native(&["queries"]);
         for seen in [&s, &n] {
+            assert_eq!(num(seen, "data_ok"), 1);
             assert_eq!(num(seen, "range"), 0);
             assert_eq!(
                 num(seen, "range_base_is_block"),
@@ -203,4 +204,43 @@ fn pitched_allocations_go_through_the_pool_with_the_runtime_pitch() {
             assert_eq!(num(seen, "pitch_all_back"), 1);
         }
     }
+}
+
+/// A device that claims virtual memory support but refuses `hipMemSetAccess` (AMD's reports for
+/// RDNA4 and gfx1151): the first-use check finds it, says so once, and the pool keeps to plain
+/// segments from the start; the program's memory works.
+#[test]
+fn a_device_failing_set_access_gets_plain_segments_from_the_start() {
+    let s = guarded(
+        &["queries"],
+        &[
+            ("HIPSIM_VMM_SETACCESS_FAILS", "1"),
+            ("ROCMGUARD_LOG", "info"),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&s.1.stderr).into_owned();
+    assert_eq!(num(&s, "data_ok"), 1);
+    assert_eq!(num(&s, "range_size"), MIB + 100);
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("virtual memory"))
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains("first-use check (create, map or set access: code 1)"),
+        "one line, from the check at first use:\n{}",
+        stderr
+    );
+    assert!(
+        stderr.contains("cap 2.00 GiB, plain segments"),
+        "the pool starts with plain segments:\n{}",
+        stderr
+    );
+
+    let ok = guarded(&["queries"], &[("ROCMGUARD_LOG", "info")]);
+    let stderr = String::from_utf8_lossy(&ok.1.stderr).into_owned();
+    assert!(
+        stderr.contains("cap 2.00 GiB, virtual segments") && !stderr.contains("first-use check"),
+        "a device whose virtual memory works keeps it:\n{}",
+        stderr
+    );
 }

@@ -37,7 +37,20 @@ static VIRTUAL_MEMORY: VirtualMemory = VirtualMemory {
     map: Real::new(c"cuMemMap", c"", DRIVER),
     unmap: Real::new(c"cuMemUnmap", c"", DRIVER),
     set_access: Real::new(c"cuMemSetAccess", c"", DRIVER),
+    copy,
 };
+
+static MEMCPY: Real<unsafe extern "C" fn(u64, u64, usize) -> i32> =
+    Real::new(c"cuMemcpy", c"", DRIVER);
+
+/// The driver's `cuMemcpy` (unified addressing) for the virtual memory check.
+fn copy(dst: u64, src: u64, n: usize) -> i32 {
+    match MEMCPY.get() {
+        // SAFETY: the check copies between its own mapping and its own host buffers.
+        Some(f) => unsafe { f(dst, src, n) },
+        None => SYMBOL_NOT_FOUND,
+    }
+}
 
 static FACE: Face = Face {
     name: "CUDA",

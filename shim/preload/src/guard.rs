@@ -577,7 +577,8 @@ impl Active {
         // The first runtime call also loads what the virtual memory functions live in.
         let (_, total) = source.mem_info().ok()?;
         if self.config.vmm {
-            source.vmm = (self.face.virtual_memory)(device);
+            let vmm = (self.face.virtual_memory)(device);
+            source.vmm = vmm.filter(|v| source.on_device(|| self.probed(device, v)));
         }
         let options = PoolOptions::from_config(self.config, total);
         let pool = cell.get_or_init(|| {
@@ -601,6 +602,27 @@ impl Active {
             self.leave_in_order(format_args!("uses a second device"));
         }
         Some(pool)
+    }
+
+    /// Whether `vmm` passes [`Vmm::probe`] on `device` (current); if not, says so once and
+    /// leaves the runtime's last error as it was.
+    fn probed(&self, device: i32, vmm: &Vmm) -> bool {
+        // SAFETY: no arguments.
+        let before = unsafe { (self.api.peek_last_error)() };
+        match vmm.probe() {
+            Ok(()) => true,
+            Err((step, code)) => {
+                unsafe { (self.api.get_last_error)() };
+                if before != SUCCESS {
+                    SHADOW_ERROR.with(|c| c.set(before));
+                }
+                log::warn(format_args!(
+                    "dev{}: virtual memory failed its first-use check ({}: code {}); plain segments",
+                    device, step, code
+                ));
+                false
+            }
+        }
     }
 
     /// The program showed work outside one stream's order (`why`): from now on freed blocks
