@@ -243,4 +243,17 @@ fn a_device_failing_set_access_gets_plain_segments_from_the_start() {
         "a device whose virtual memory works keeps it:\n{}",
         stderr
     );
+
+    // Out of memory during the check (allocating call 1) says nothing about the device.
+    let full = guarded(
+        &["queries"],
+        &[("HIPSIM_FAIL_NTH", "1"), ("ROCMGUARD_LOG", "info")],
+    );
+    let stderr = String::from_utf8_lossy(&full.1.stderr).into_owned();
+    assert_eq!(num(&full, "data_ok"), 1);
+    assert!(
+        stderr.contains("cap 2.00 GiB, virtual segments") && !stderr.contains("first-use check"),
+        "an out-of-memory check keeps virtual memory:\n{}",
+        stderr
+    );
 }

@@ -604,18 +604,22 @@ impl Active {
         Some(pool)
     }
 
-    /// Whether `vmm` passes [`Vmm::probe`] on `device` (current); if not, says so once and
-    /// leaves the runtime's last error as it was.
+    /// Whether `vmm` passes [`Vmm::probe`] on `device` (current); if not, says so once. Out of
+    /// memory proves nothing (the device may be full for now): the pool copes with it as with
+    /// any. The runtime's last error is left as it was.
     fn probed(&self, device: i32, vmm: &Vmm) -> bool {
         // SAFETY: no arguments.
         let before = unsafe { (self.api.peek_last_error)() };
-        match vmm.probe() {
-            Ok(()) => true,
+        let result = vmm.probe();
+        if result.is_err() {
+            unsafe { (self.api.get_last_error)() };
+            if before != SUCCESS {
+                SHADOW_ERROR.with(|c| c.set(before));
+            }
+        }
+        match result {
+            Ok(()) | Err((_, OUT_OF_MEMORY)) => true,
             Err((step, code)) => {
-                unsafe { (self.api.get_last_error)() };
-                if before != SUCCESS {
-                    SHADOW_ERROR.with(|c| c.set(before));
-                }
                 log::warn(format_args!(
                     "dev{}: virtual memory failed its first-use check ({}: code {}); plain segments",
                     device, step, code
