@@ -82,6 +82,7 @@ static void counted(void) {
     printf("release %d\n", hipMemRelease(h));
     printf("free_after_release %zu\n", free_now());
     printf("malloc_after_release %d\n", hipMalloc(&p, GiB));
+    printf("free_with_1GiB %zu\n", free_now());
     OK(hipFree(p));
 }
 

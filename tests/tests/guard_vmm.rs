@@ -96,6 +96,11 @@ fn memory_from_hip_mem_create_counts_against_the_cap() {
             "released: counted no more"
         );
         assert_eq!(num(&s, "malloc_after_release"), 0);
+        assert_eq!(
+            num(&s, "free_with_1GiB"),
+            GIB,
+            "the pool's own hipMemCreate calls are not counted a second time"
+        );
         assert!(
             stderr.contains("[VRAM Limit] refused 1.00 GiB")
                 && stderr.contains("outside the pool 1.50 GiB"),
