@@ -19,6 +19,18 @@ int main(void) {
     printf("hipFree_null %d\n", hipFree(NULL));
     printf("hipFree_bad %d\n", hipFree(&v));
     printf("hipMemGetInfo %d\n", hipMemGetInfo(&a, &b));
+    printf("hipMallocPitch %d\n", hipMallocPitch(&p, &a, 1000, 10));
+    printf("hipMemAllocPitch %d\n", hipMemAllocPitch(&p, &a, 1000, 10, 4));
+    hipPitchedPtr pitched;
+    printf("hipMalloc3D %d\n", hipMalloc3D(&pitched, make_hipExtent(1000, 10, 3)));
+    printf("hipMemGetAddressRange %d\n", hipMemGetAddressRange(&p, &a, &v));
+    printf("hipMemPtrGetInfo %d\n", hipMemPtrGetInfo(&v, &a));
+    hipMemAllocationProp prop = {0};
+    prop.type = hipMemAllocationTypePinned;
+    prop.location.type = hipMemLocationTypeDevice;
+    hipMemGenericAllocationHandle_t handle = NULL;
+    printf("hipMemCreate %d\n", hipMemCreate(&handle, 2 << 20, &prop, 0));
+    printf("hipMemRelease %d\n", hipMemRelease(handle));
     printf("hipDeviceTotalMem %d\n", hipDeviceTotalMem(&a, 0));
     printf("hipDeviceGetAttribute %d\n", hipDeviceGetAttribute(&v, hipDeviceAttributeTotalGlobalMem, 0));
     printf("hipGetDeviceProperties %d\n", hipGetDeviceProperties(&props, 0));

@@ -68,6 +68,24 @@ fn check(pool: &Pool<CountingSource>, live: &BTreeMap<u64, u64>) {
         );
         end = addr + size;
     }
+    for (&addr, &size) in live {
+        for at in [addr, addr + size / 2, addr + size - 1] {
+            assert_eq!(
+                pool.block_containing(at),
+                Some((addr, size)),
+                "{:#x} lies in the block at {:#x}",
+                at,
+                addr
+            );
+        }
+        if let Some((next, _)) = pool.block_containing(addr + size) {
+            assert_eq!(
+                next,
+                addr + size,
+                "past a block is only the next block's start"
+            );
+        }
+    }
     assert_eq!(
         s.live,
         live.values().sum::<u64>(),
@@ -137,6 +155,11 @@ fn run(ops: Vec<Op>, max_split: Option<u64>, vmm: bool, in_order: bool) {
                 pool.source().queued_use(addr, size);
                 assert_eq!(pool.free(addr), Some(size));
                 assert_eq!(pool.free(addr), None, "a second free is not ours");
+                assert_eq!(
+                    pool.block_containing(addr + size / 2),
+                    None,
+                    "freed: no block"
+                );
             }
             Op::Free(_) => {}
             Op::Trim(keep) => {

@@ -394,6 +394,31 @@ impl<S: DeviceSource> Pool<S> {
         st.live.get(&addr).map(|&i| st.blocks[i as usize].requested)
     }
 
+    /// The live block that `addr` points into, its start or any byte the program asked for:
+    /// `(start, size asked for)`, how the runtime describes its own allocations to
+    /// `hipMemGetAddressRange`. `None` when no live block of this pool holds `addr`.
+    pub fn block_containing(&self, addr: u64) -> Option<(u64, u64)> {
+        let st = self.lock();
+        if let Some(&i) = st.live.get(&addr) {
+            return Some((addr, st.blocks[i as usize].requested));
+        }
+        let seg = st
+            .segments
+            .iter()
+            .flatten()
+            .find(|s| s.addr <= addr && addr - s.addr < s.size)?;
+        let mut i = seg.first;
+        while i != NIL {
+            let b = &st.blocks[i as usize];
+            if addr - b.addr < b.size {
+                let live = b.state == BlockState::Live && addr - b.addr < b.requested.max(1);
+                return live.then_some((b.addr, b.requested));
+            }
+            i = b.next;
+        }
+        None
+    }
+
     /// A mark for [`Pool::synchronized`]: blocks freed before it become reusable once a device
     /// synchronize that started after the mark has completed.
     pub fn quarantine_mark(&self) -> u64 {

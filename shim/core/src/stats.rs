@@ -40,10 +40,15 @@ impl Stats {
         }
     }
 
-    /// One line for logs: `dev0 live 18.50 GiB | reserved 19.20 GiB (92.5% of 20.00 GiB cap) | ...`.
+    /// One line for logs: `dev0 live 18.50 GiB | reserved 19.20 GiB (92.5% of 20.00 GiB cap) | ...`,
+    /// and what the program holds outside the pool where it holds any.
     pub fn line(&self, device: i32) -> String {
+        let outside = match self.external {
+            0 => String::new(),
+            bytes => format!(" | outside the pool {}", format_size(bytes)),
+        };
         format!(
-            "dev{} live {} | reserved {} ({:.1}% of {} cap) | cached {} | largest free {}",
+            "dev{} live {} | reserved {} ({:.1}% of {} cap) | cached {} | largest free {}{}",
             device,
             format_size(self.live),
             format_size(self.reserved),
@@ -51,6 +56,7 @@ impl Stats {
             format_size(self.cap),
             format_size(self.reserved.saturating_sub(self.live)),
             format_size(self.largest_free),
+            outside,
         )
     }
 

@@ -44,7 +44,7 @@ fn existing(sim: &Sim, stream: Stream) -> Result<streams::Target, HipError> {
 }
 
 /// Which call allocates, with what it needs beyond the size.
-enum Alloc {
+pub(crate) enum Alloc {
     /// `hipMalloc`, `hipExtMallocWithFlags`.
     Device { flags: u32 },
     /// `hipMallocManaged`.
@@ -56,7 +56,7 @@ enum Alloc {
 }
 
 /// The body shared by every allocating call.
-unsafe fn allocate(out: *mut *mut c_void, size: usize, how: Alloc) -> HipResult {
+pub(crate) unsafe fn allocate(out: *mut *mut c_void, size: usize, how: Alloc) -> HipResult {
     if out.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -609,6 +609,43 @@ hip_export! {
                     allocation_flags: 0,
                 },
             });
+            Ok(())
+        })
+    }
+}
+
+/// The live allocation or `hipMemMap` mapping holding `ptr`, interior pointers included:
+/// `(start, size)`. ROCm's clr answers both queries below from the memory object that
+/// `getMemoryObject` finds for any address inside it (`hipamd/src/hip_memory.cpp` at f9f995c:
+/// `hipMemPtrGetInfo` lines 793-806, `hipErrorInvalidValue` when none; `hipMemGetAddressRange`
+/// lines 853-868, base `getSvmPtr()`, size `getSize()`, `hipErrorNotFound` when none); a mapping
+/// is its own object there (`hipMemUnmap` finds it with `FindMemObj`, `hip_vm.cpp` line 352).
+/// clr writes through the out-pointers unchecked; here a null one is `hipErrorInvalidValue`.
+fn block_of(ptr: *mut c_void) -> Option<(usize, usize)> {
+    state::with(|s| s.mem.block_containing(ptr as usize)).map(|(start, b)| (start, b.size))
+}
+
+hip_export! {
+    "hip_4.2" fn hipMemGetAddressRange(base: *mut *mut c_void, size: *mut usize, ptr: *mut c_void) -> c_int {
+        error::api(|| {
+            if base.is_null() || size.is_null() {
+                return Err(INVALID_VALUE);
+            }
+            let (start, bytes) = block_of(ptr).ok_or(NOT_FOUND)?;
+            base.write(start as *mut c_void);
+            size.write(bytes);
+            Ok(())
+        })
+    }
+}
+
+hip_export! {
+    "hip_4.2" fn hipMemPtrGetInfo(ptr: *mut c_void, size: *mut usize) -> c_int {
+        error::api(|| {
+            if size.is_null() {
+                return Err(INVALID_VALUE);
+            }
+            size.write(block_of(ptr).ok_or(INVALID_VALUE)?.1);
             Ok(())
         })
     }

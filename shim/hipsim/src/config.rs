@@ -37,6 +37,9 @@ pub struct Config {
     /// `hipMemMap` and the rest answer `hipErrorNotSupported` and the attribute
     /// `VirtualMemoryManagementSupported` reads 0, as on a runtime or device without it.
     pub vmm: bool,
+    /// `hipMemSetAccess` answers `hipErrorInvalidValue` while the device claims virtual memory
+    /// support (`HIPSIM_VMM_SETACCESS_FAILS=1`), as reported for RDNA4 and gfx1151 parts.
+    pub vmm_set_access_fails: bool,
 }
 
 impl Default for Config {
@@ -52,6 +55,7 @@ impl Default for Config {
             seed: 0,
             fail_above: None,
             vmm: true,
+            vmm_set_access_fails: false,
         }
     }
 }
@@ -109,6 +113,13 @@ impl Config {
         });
         let fail_above = knob(&get, warn, "HIPSIM_FAIL_ABOVE", SIZE, parse_size);
         let vmm = knob(&get, warn, "HIPSIM_VMM", "0 or 1", parse_bool);
+        let set_access_fails = knob(
+            &get,
+            warn,
+            "HIPSIM_VMM_SETACCESS_FAILS",
+            "0 or 1",
+            parse_bool,
+        );
 
         let vram = vram.unwrap_or(d.vram);
         let integrated = integrated.unwrap_or(d.integrated);
@@ -127,6 +138,7 @@ impl Config {
             seed: seed.unwrap_or(d.seed),
             fail_above: fail_above.or(d.fail_above),
             vmm: vmm.unwrap_or(d.vmm),
+            vmm_set_access_fails: set_access_fails.unwrap_or(d.vmm_set_access_fails),
         }
     }
 }
@@ -229,6 +241,7 @@ mod tests {
             ("HIPSIM_SEED", "42"),
             ("HIPSIM_FAIL_ABOVE", "1GiB"),
             ("HIPSIM_VMM", "0"),
+            ("HIPSIM_VMM_SETACCESS_FAILS", "1"),
         ]);
         assert!(w.is_empty(), "{:?}", w);
         assert_eq!(c.vram, 128 << 30);
@@ -241,6 +254,7 @@ mod tests {
         assert_eq!(c.seed, 42);
         assert_eq!(c.fail_above, Some(1 << 30));
         assert!(!c.vmm);
+        assert!(c.vmm_set_access_fails);
     }
 
     #[test]

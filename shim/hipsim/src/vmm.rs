@@ -426,7 +426,8 @@ pub unsafe fn map(
 
 /// `hipMemSetAccess`: `[ptr, ptr + size)` must be whole mappings without gaps; each descriptor
 /// names a device and `hipMemAccessFlags`. The host protection of a mapping (what the
-/// simulator's copies see) is the widest access any device has.
+/// simulator's copies see) is the widest access any device has. `HIPSIM_VMM_SETACCESS_FAILS=1`
+/// makes every call `hipErrorInvalidValue`, a device that claims support it does not have.
 pub unsafe fn set_access(
     ptr: *mut c_void,
     size: usize,
@@ -435,6 +436,9 @@ pub unsafe fn set_access(
 ) -> HipResult {
     begin()?;
     if ptr.is_null() || size == 0 || desc.is_null() || count == 0 {
+        return Err(INVALID_VALUE);
+    }
+    if config::get().vmm_set_access_fails {
         return Err(INVALID_VALUE);
     }
     let descs = slice::from_raw_parts(desc, count);

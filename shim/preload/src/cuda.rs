@@ -2,7 +2,7 @@
 //! and codes), which is how the design is proven under real PyTorch on real GPUs. Dormant until
 //! the CUDA runtime is loaded; a process that uses HIP never touches it.
 
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use crate::guard::{Api, Face, GetDeviceFn, Guard, SetDeviceFn, SUCCESS, SYMBOL_NOT_FOUND};
 use crate::hooks::hooks;
@@ -37,7 +37,20 @@ static VIRTUAL_MEMORY: VirtualMemory = VirtualMemory {
     map: Real::new(c"cuMemMap", c"", DRIVER),
     unmap: Real::new(c"cuMemUnmap", c"", DRIVER),
     set_access: Real::new(c"cuMemSetAccess", c"", DRIVER),
+    copy,
 };
+
+static MEMCPY: Real<unsafe extern "C" fn(u64, u64, usize) -> i32> =
+    Real::new(c"cuMemcpy", c"", DRIVER);
+
+/// The driver's `cuMemcpy` (unified addressing) for the virtual memory check.
+fn copy(dst: u64, src: u64, n: usize) -> i32 {
+    match MEMCPY.get() {
+        // SAFETY: the check copies between its own mapping and its own host buffers.
+        Some(f) => unsafe { f(dst, src, n) },
+        None => SYMBOL_NOT_FOUND,
+    }
+}
 
 static FACE: Face = Face {
     name: "CUDA",
@@ -108,6 +121,22 @@ hooks! {
         CUDA.free_async(ptr, pass)
     }
 
+    [""] fn cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, stream: Stream) -> i32 |pass| {
+        CUDA.stream_named(stream);
+        CUDA.external_malloc(ptr, size, pass)
+    }
+
+    [""] fn cudaMallocFromPoolAsync_ptsz(ptr: *mut *mut c_void, size: usize, pool: MemPool, stream: Stream) -> i32 |pass| {
+        let _ = pool;
+        CUDA.stream_named(stream);
+        CUDA.external_malloc(ptr, size, pass)
+    }
+
+    [""] fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: Stream) -> i32 |pass| {
+        CUDA.stream_named(stream);
+        CUDA.free_async(ptr, pass)
+    }
+
     [""] fn cudaMemPoolTrimTo(pool: MemPool, min_bytes_to_hold: usize) -> i32 |pass| {
         let _ = pool;
         CUDA.trim_to(min_bytes_to_hold, pass)
@@ -169,5 +198,25 @@ hooks! {
     [""] fn cudaStreamEndCapture(stream: Stream, graph: *mut *mut c_void) -> i32 |pass| {
         let _ = graph;
         CUDA.end_capture(stream, pass)
+    }
+
+    [""] fn cudaStreamBeginCapture_ptsz(stream: Stream, mode: c_int) -> i32 |pass| {
+        let _ = mode;
+        CUDA.begin_capture(stream, pass)
+    }
+
+    [""] fn cudaStreamEndCapture_ptsz(stream: Stream, graph: *mut *mut c_void) -> i32 |pass| {
+        let _ = graph;
+        CUDA.end_capture(stream, pass)
+    }
+
+    [""] fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_void) -> i32 |pass| {
+        let _ = (flags, status);
+        crate::cuda_driver::lookup_answer(pass(), symbol, pfn, c_int::MAX)
+    }
+
+    [""] fn cudaGetDriverEntryPointByVersion(symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, flags: u64, status: *mut c_void) -> i32 |pass| {
+        let _ = (flags, status);
+        crate::cuda_driver::lookup_answer(pass(), symbol, pfn, version.min(c_int::MAX as c_uint) as c_int)
     }
 }

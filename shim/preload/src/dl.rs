@@ -11,6 +11,8 @@ pub fn hook_for(name: &[u8], real: usize) -> Option<usize> {
         crate::hip::hook_for(name, real).or_else(|| crate::blas::hook_for(name, real))
     } else if name.starts_with(b"cuda") {
         crate::cuda::hook_for(name, real)
+    } else if name.starts_with(b"cu") {
+        crate::cuda_driver::dlsym_hook_for(name, real)
     } else if name.starts_with(b"rocblas") || name.starts_with(b"miopen") {
         crate::blas::hook_for(name, real)
     } else {

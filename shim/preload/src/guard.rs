@@ -227,8 +227,9 @@ pub struct Active {
     pub api: Api,
     pub config: &'static Config,
     pools: Vec<OnceCell<Pool<Source>>>,
-    /// Pass-through allocations counted against the cap: pointer -> (device, bytes).
-    external: Mutex<std::collections::HashMap<usize, (i32, u64)>>,
+    /// Pass-through allocations counted against the cap: (what, pointer or handle) ->
+    /// (device, bytes).
+    external: Mutex<std::collections::HashMap<(Handed, usize), (i32, u64)>>,
     /// Stream captures in progress (streams by address), and their count.
     capturing: Mutex<Vec<usize>>,
     captures: AtomicUsize,
@@ -245,6 +246,14 @@ pub struct Active {
     /// begins, so a background synchronize never overlaps the start of a capture.
     sync_gate: std::sync::RwLock<()>,
     reclaimer: OnceCell<()>,
+}
+
+/// What a pass-through allocation handed the program: a pointer (`hipMallocManaged`, ...) or a
+/// handle to physical memory (`hipMemCreate`, `cuMemCreate`), which never name each other.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Handed {
+    Pointer,
+    Handle,
 }
 
 pub struct Guard {
@@ -322,6 +331,36 @@ impl Guard {
         }
     }
 
+    /// `MallocPitch` and its kin: `height * depth` rows of `width` bytes, each padded to a
+    /// multiple of `alignment` (the runtime's pitch), through the pool like `Malloc`. A zero
+    /// extent or a bad argument goes to the runtime, which answers it.
+    ///
+    /// # Safety
+    /// `pitch` is null or valid for writes, as the runtime requires.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn malloc_pitched(
+        &'static self,
+        ptr: *mut *mut c_void,
+        pitch: *mut usize,
+        width: usize,
+        height: usize,
+        depth: usize,
+        alignment: usize,
+        pass: impl FnOnce() -> i32,
+    ) -> i32 {
+        let row = width
+            .checked_add(alignment - 1)
+            .map(|w| w / alignment * alignment);
+        let size = row.and_then(|r| r.checked_mul(height)?.checked_mul(depth));
+        match (row, size) {
+            (Some(row), Some(size)) if !pitch.is_null() && self.active().is_some() => {
+                *pitch = row;
+                self.malloc(ptr, size, pass)
+            }
+            _ => pass(),
+        }
+    }
+
     /// Allocations the runtime makes itself (managed, stream-ordered, flagged), counted against
     /// the cap.
     pub fn external_malloc(
@@ -351,6 +390,44 @@ impl Guard {
             }
             _ => pass(),
         }
+    }
+
+    /// `MemCreate`: physical memory the program maps itself, counted against the cap of the
+    /// device it is made on (`None`: not device memory, passed through). `sticky`: the call
+    /// sets the runtime's last error (HIP's does; the CUDA driver has none).
+    pub fn mem_create(
+        &'static self,
+        handle: *mut *mut c_void,
+        size: usize,
+        device: Option<i32>,
+        sticky: bool,
+        mut pass: impl FnMut() -> i32,
+    ) -> i32 {
+        match (self.active(), device) {
+            (Some(a), Some(d)) if !handle.is_null() && size > 0 => {
+                a.external_alloc_on(d, Handed::Handle, sticky, handle, size, pass)
+            }
+            _ => pass(),
+        }
+    }
+
+    /// `MemRelease`: the runtime releases the handle; we stop counting it.
+    pub fn mem_release(&'static self, handle: *mut c_void, pass: impl FnOnce() -> i32) -> i32 {
+        let code = pass();
+        if let (SUCCESS, Some(a)) = (code, self.active()) {
+            a.external_forget(Handed::Handle, handle);
+        }
+        code
+    }
+
+    /// The live pooled block holding `ptr` (any byte of it), `(start, size)`, for the
+    /// address-range queries; `None` for memory the pool does not hand out.
+    pub fn block_of(&'static self, ptr: *const c_void) -> Option<(u64, u64)> {
+        let a = self.active()?;
+        let found = a
+            .existing_pools()
+            .find_map(|(_, p)| p.block_containing(ptr as u64));
+        found
     }
 
     /// `FreeAsync`: the runtime frees; we stop counting it.
@@ -500,7 +577,8 @@ impl Active {
         // The first runtime call also loads what the virtual memory functions live in.
         let (_, total) = source.mem_info().ok()?;
         if self.config.vmm {
-            source.vmm = (self.face.virtual_memory)(device);
+            let vmm = (self.face.virtual_memory)(device);
+            source.vmm = vmm.filter(|v| source.on_device(|| self.probed(device, v)));
         }
         let options = PoolOptions::from_config(self.config, total);
         let pool = cell.get_or_init(|| {
@@ -524,6 +602,31 @@ impl Active {
             self.leave_in_order(format_args!("uses a second device"));
         }
         Some(pool)
+    }
+
+    /// Whether `vmm` passes [`Vmm::probe`] on `device` (current); if not, says so once. Out of
+    /// memory proves nothing (the device may be full for now): the pool copes with it as with
+    /// any. The runtime's last error is left as it was.
+    fn probed(&self, device: i32, vmm: &Vmm) -> bool {
+        // SAFETY: no arguments.
+        let before = unsafe { (self.api.peek_last_error)() };
+        let result = vmm.probe();
+        if result.is_err() {
+            unsafe { (self.api.get_last_error)() };
+            if before != SUCCESS {
+                SHADOW_ERROR.with(|c| c.set(before));
+            }
+        }
+        match result {
+            Ok(()) | Err((_, OUT_OF_MEMORY)) => true,
+            Err((step, code)) => {
+                log::warn(format_args!(
+                    "dev{}: virtual memory failed its first-use check ({}: code {}); plain segments",
+                    device, step, code
+                ));
+                false
+            }
+        }
     }
 
     /// The program showed work outside one stream's order (`why`): from now on freed blocks
@@ -651,16 +754,31 @@ impl Active {
         size: usize,
         mut call: impl FnMut() -> i32,
     ) -> i32 {
-        let device = match self.current_device() {
-            Some(d) => d,
-            None => return call(),
-        };
+        match self.current_device() {
+            Some(d) => self.external_alloc_on(d, Handed::Pointer, true, ptr, size, call),
+            None => call(),
+        }
+    }
+
+    /// [`Active::external_alloc`] on `device`, for what `call` hands back at `*ptr`; a refusal
+    /// by the cap becomes the last error where `sticky`.
+    pub fn external_alloc_on(
+        &'static self,
+        device: i32,
+        handed: Handed,
+        sticky: bool,
+        ptr: *mut *mut c_void,
+        size: usize,
+        mut call: impl FnMut() -> i32,
+    ) -> i32 {
         let pool = match self.pool(device) {
             Some(p) => p,
             None => return call(),
         };
         if pool.charge(size as u64).is_err() {
-            SHADOW_ERROR.with(|c| c.set(OUT_OF_MEMORY));
+            if sticky {
+                SHADOW_ERROR.with(|c| c.set(OUT_OF_MEMORY));
+            }
             self.refused(device, pool, size as u64);
             return OUT_OF_MEMORY;
         }
@@ -671,7 +789,7 @@ impl Active {
             pool.trim_to(0);
             crate::trace::event(Action::Retry, device, 0, size as u64);
             code = call();
-            if code == SUCCESS {
+            if code == SUCCESS && sticky {
                 // The failed attempt left its error in the runtime's slot; the program
                 // got what it asked for.
                 // SAFETY: no arguments.
@@ -684,7 +802,7 @@ impl Active {
             self.external
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(p, (device, size as u64));
+                .insert((handed, p), (device, size as u64));
             crate::trace::alloc(device, p as u64, size as u64);
         } else {
             pool.uncharge(size as u64);
@@ -694,11 +812,16 @@ impl Active {
 
     /// Forgets a pass-through allocation once the runtime has freed it.
     pub fn external_free(&self, ptr: *mut c_void) {
+        self.external_forget(Handed::Pointer, ptr)
+    }
+
+    /// Forgets a pass-through pointer or handle once the runtime has freed or released it.
+    pub fn external_forget(&self, handed: Handed, ptr: *mut c_void) {
         let entry = self
             .external
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&(ptr as usize));
+            .remove(&(handed, ptr as usize));
         if let Some((device, size)) = entry {
             if let Some(p) = self.pools.get(device as usize).and_then(|c| c.get()) {
                 p.uncharge(size);

@@ -31,7 +31,22 @@ static VIRTUAL_MEMORY: VirtualMemory = VirtualMemory {
     map: Real::new(c"hipMemMap", c"hip_5.1", LIBS),
     unmap: Real::new(c"hipMemUnmap", c"hip_5.1", LIBS),
     set_access: Real::new(c"hipMemSetAccess", c"hip_5.1", LIBS),
+    copy,
 };
+
+/// `hipMemcpyDefault`: the runtime tells host from device memory.
+const MEMCPY_DEFAULT: c_int = 4;
+static MEMCPY: Real<unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> i32> =
+    Real::new(c"hipMemcpy", c"hip_4.2", LIBS);
+
+/// `hipMemcpy` for the virtual memory check.
+fn copy(dst: u64, src: u64, n: usize) -> i32 {
+    match MEMCPY.get() {
+        // SAFETY: the check copies between its own mapping and its own host buffers.
+        Some(f) => unsafe { f(dst as *mut c_void, src as *const c_void, n, MEMCPY_DEFAULT) },
+        None => SYMBOL_NOT_FOUND,
+    }
+}
 
 /// HIP's virtual memory for `device`: ROCm 6 or later (the struct layout we pass), the device
 /// says it supports it, and it maps at a granularity that divides 2 MiB.

@@ -12,6 +12,27 @@ const DEVICE_MALLOC_DEFAULT: u32 = 0;
 /// `totalGlobalMem` in `hipDeviceProp_tR0600` and in the older `hipDeviceProp_t` (R0000).
 const PROP_R0600_TOTAL_GLOBAL_MEM: usize = 288;
 const PROP_R0000_TOTAL_GLOBAL_MEM: usize = 256;
+/// The pitch of `hipMallocPitch` and its kin: rows padded to ROCm's `imagePitchAlignment_`,
+/// 256 bytes on every device (clr `rocclr/device/rocm/rocdevice.cpp`).
+const PITCH_ALIGNMENT: usize = 256;
+
+/// `hipPitchedPtr`.
+#[repr(C)]
+pub struct PitchedPtr {
+    ptr: *mut c_void,
+    pitch: usize,
+    xsize: usize,
+    ysize: usize,
+}
+
+/// `hipExtent`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Extent {
+    width: usize,
+    height: usize,
+    depth: usize,
+}
 
 static FACE: Face = Face {
     name: "HIP",
@@ -59,6 +80,33 @@ hooks! {
         }
     }
 
+    ["hip_4.2"] fn hipMallocPitch(ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> i32 |pass| {
+        HIP.malloc_pitched(ptr, pitch, width, height, 1, PITCH_ALIGNMENT, pass)
+    }
+
+    ["hip_4.2"] fn hipMemAllocPitch(ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize, element_size: c_uint) -> i32 |pass| {
+        // The runtime's own checks (clr) before it calls `hipMallocPitch`.
+        if [4, 8, 16].contains(&element_size) {
+            HIP.malloc_pitched(ptr, pitch, width, height, 1, PITCH_ALIGNMENT, pass)
+        } else {
+            pass()
+        }
+    }
+
+    ["hip_4.2"] fn hipMalloc3D(pitched: *mut PitchedPtr, extent: Extent) -> i32 |pass| {
+        if pitched.is_null() {
+            return pass();
+        }
+        let p = &mut *pitched;
+        let (width, height) = (extent.width, extent.height);
+        let code = HIP.malloc_pitched(&mut p.ptr, &mut p.pitch, width, height, extent.depth, PITCH_ALIGNMENT, pass);
+        if code == SUCCESS {
+            p.xsize = width;
+            p.ysize = height;
+        }
+        code
+    }
+
     ["hip_4.2"] fn hipFree(ptr: *mut c_void) -> i32 |pass| {
         HIP.free(ptr, pass)
     }
@@ -87,6 +135,36 @@ hooks! {
     ["hip_5.1"] fn hipMemPoolTrimTo(pool: MemPool, min_bytes_to_hold: usize) -> i32 |pass| {
         let _ = pool;
         HIP.trim_to(min_bytes_to_hold, pass)
+    }
+
+    ["hip_5.1"] fn hipMemCreate(handle: *mut *mut c_void, size: usize, prop: *const c_void, flags: u64) -> i32 |pass| {
+        let _ = flags;
+        HIP.mem_create(handle, size, crate::vmm::device_of(prop), true, pass)
+    }
+
+    ["hip_5.1"] fn hipMemRelease(handle: *mut c_void) -> i32 |pass| {
+        HIP.mem_release(handle, pass)
+    }
+
+    ["hip_4.2"] fn hipMemGetAddressRange(base: *mut *mut c_void, size: *mut usize, ptr: *mut c_void) -> i32 |pass| {
+        match HIP.block_of(ptr) {
+            Some((start, bytes)) if !base.is_null() && !size.is_null() => {
+                *base = start as *mut c_void;
+                *size = bytes as usize;
+                SUCCESS
+            }
+            _ => pass(),
+        }
+    }
+
+    ["hip_4.2"] fn hipMemPtrGetInfo(ptr: *mut c_void, size: *mut usize) -> i32 |pass| {
+        match HIP.block_of(ptr) {
+            Some((_, bytes)) if !size.is_null() => {
+                *size = bytes as usize;
+                SUCCESS
+            }
+            _ => pass(),
+        }
     }
 
     ["hip_4.2"] fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> i32 |pass| {
@@ -174,6 +252,16 @@ hooks! {
     }
 
     ["hip_4.2"] fn hipStreamEndCapture(stream: Stream, graph: *mut *mut c_void) -> i32 |pass| {
+        let _ = graph;
+        HIP.end_capture(stream, pass)
+    }
+
+    ["hip_5.3"] fn hipStreamBeginCapture_spt(stream: Stream, mode: c_int) -> i32 |pass| {
+        let _ = mode;
+        HIP.begin_capture(stream, pass)
+    }
+
+    ["hip_5.3"] fn hipStreamEndCapture_spt(stream: Stream, graph: *mut *mut c_void) -> i32 |pass| {
         let _ = graph;
         HIP.end_capture(stream, pass)
     }

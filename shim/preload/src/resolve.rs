@@ -167,6 +167,8 @@ pub struct VirtualMemory {
     pub map: Real<vmm::MapFn>,
     pub unmap: Real<vmm::RangeFn>,
     pub set_access: Real<vmm::SetAccessFn>,
+    /// A plain copy, for [`Vmm::probe`].
+    pub copy: vmm::CopyFn,
 }
 
 impl VirtualMemory {
@@ -182,6 +184,7 @@ impl VirtualMemory {
             map: self.map.get()?,
             unmap: self.unmap.get()?,
             set_access: self.set_access.get()?,
+            copy: self.copy,
         };
         v.fits_pages(self.granularity.get()?).then_some(v)
     }

@@ -46,6 +46,8 @@ pub type ReleaseFn = unsafe extern "C" fn(u64) -> i32;
 pub type MapFn = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> i32;
 pub type SetAccessFn = unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> i32;
 pub type GranularityFn = unsafe extern "C" fn(*mut usize, *const AllocationProp, i32) -> i32;
+/// Copies `n` bytes from `src` to `dst`, either on the device or the host (unified addressing).
+pub type CopyFn = fn(dst: u64, src: u64, n: usize) -> i32;
 
 /// A runtime's virtual memory functions, for one device.
 #[derive(Clone, Copy)]
@@ -58,6 +60,7 @@ pub struct Vmm {
     pub map: MapFn,
     pub unmap: RangeFn,
     pub set_access: SetAccessFn,
+    pub copy: CopyFn,
 }
 
 fn check(code: i32) -> Result<(), i32> {
@@ -150,11 +153,62 @@ impl Vmm {
         }
     }
 
+    /// Checks at first use that virtual memory works end to end: reserve, create, map, grant
+    /// access, write, read back, unmap, release, free the range. Some devices claim support and
+    /// then fail a step (`hipMemSetAccess` on RDNA4 and gfx1151). Returns the failed step and
+    /// its code (-1: other bytes came back).
+    pub fn probe(&self) -> Result<(), (&'static str, i32)> {
+        let size = PAGE as u64;
+        let addr = self.reserve(size).map_err(|c| ("reserve", c))?;
+        let used = self.probe_range(addr, size);
+        let freed = self.unreserve(addr, size).map_err(|c| ("address free", c));
+        used.and(freed)
+    }
+
+    fn probe_range(&self, addr: u64, size: u64) -> Result<(), (&'static str, i32)> {
+        let handles = self
+            .map(addr, size, size)
+            .map_err(|c| ("create, map or set access", c))?;
+        let written: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+        let mut read = vec![0u8; written.len()];
+        let at = addr + size - written.len() as u64;
+        let copied = check((self.copy)(at, written.as_ptr() as u64, written.len()))
+            .and_then(|()| check((self.copy)(read.as_mut_ptr() as u64, at, read.len())))
+            .map_err(|c| ("copy", c))
+            .and_then(|()| match read == written {
+                true => Ok(()),
+                false => Err(("read back", -1)),
+            });
+        let unmapped = handles
+            .into_iter()
+            .try_for_each(|h| self.unmap(addr, size, h))
+            .map_err(|c| ("unmap or release", c));
+        copied.and(unmapped)
+    }
+
     /// Unmaps what [`Vmm::map`] mapped and gives its memory back.
     pub fn unmap(&self, addr: u64, size: u64, handle: u64) -> Result<(), i32> {
         // SAFETY: exactly one earlier mapping and its handle.
         check(unsafe { (self.unmap)(addr, size as usize) })?;
         check(unsafe { (self.release)(handle) })
+    }
+}
+
+/// The device whose memory a `hipMemAllocationProp` / `CUmemAllocationProp` asks for; `None`
+/// for a null prop or a location other than a device (host, host NUMA node).
+///
+/// # Safety
+/// `prop` is null or points to the struct the runtime is about to read.
+pub unsafe fn device_of(prop: *const c_void) -> Option<i32> {
+    if prop.is_null() {
+        return None;
+    }
+    // SAFETY: `location` lies at offset 8 of the caller's struct in both runtimes' layouts.
+    let location = std::ptr::read_unaligned((prop as *const u8).add(8) as *const Location);
+    if location.kind == LOCATION_DEVICE {
+        Some(location.id)
+    } else {
+        None
     }
 }
 
@@ -165,6 +219,25 @@ mod tests {
     #[test]
     fn structs_have_the_runtime_layout() {
         assert_eq!(std::mem::size_of::<AllocationProp>(), 32);
+        let mut prop = AllocationProp {
+            kind: ALLOCATION_PINNED,
+            handle_types: 0,
+            location: Location {
+                kind: LOCATION_DEVICE,
+                id: 3,
+            },
+            win32_metadata: std::ptr::null_mut(),
+            compression: 0,
+            rdma_capable: 0,
+            usage: 0,
+            reserved: [0; 4],
+        };
+        let at = &prop as *const AllocationProp as *const c_void;
+        assert_eq!(unsafe { device_of(at) }, Some(3));
+        prop.location.kind = 2;
+        let at = &prop as *const AllocationProp as *const c_void;
+        assert_eq!(unsafe { device_of(at) }, None, "a host location");
+        assert_eq!(unsafe { device_of(std::ptr::null()) }, None);
         assert_eq!(std::mem::size_of::<AccessDesc>(), 12);
     }
 }

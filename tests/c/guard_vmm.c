@@ -1,0 +1,159 @@
+/* Memory the program makes with HIP's virtual memory calls, and the address-range queries.
+ * Run under a 2 GiB cap (ROCMGUARD_VRAM_LIMIT) or on a 2 GiB simulated device (HIPSIM_VRAM):
+ * the program must see the same either way. Prints `key value` lines for the test. */
+#include "guard_common.h"
+
+/* The ROCm 6 virtual memory types (hip_runtime_api.h), and the calls this program makes. */
+typedef struct ihipMemGenericAllocationHandle* hipMemGenericAllocationHandle_t;
+typedef struct { int type; int id; } Location;
+typedef struct {
+    int type;
+    int requestedHandleType;
+    Location location;
+    void* win32HandleMetaData;
+    struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage; } allocFlags;
+} Prop;
+typedef struct { Location location; int flags; } AccessDesc;
+_Static_assert(sizeof(Prop) == 32 && offsetof(Prop, location) == 8, "hipMemAllocationProp");
+
+hipError_t hipMemCreate(hipMemGenericAllocationHandle_t* handle, size_t size, const Prop* prop,
+                        unsigned long long flags);
+hipError_t hipMemRelease(hipMemGenericAllocationHandle_t handle);
+hipError_t hipMemAddressReserve(void** ptr, size_t size, size_t alignment, void* addr,
+                                unsigned long long flags);
+hipError_t hipMemAddressFree(void* ptr, size_t size);
+hipError_t hipMemMap(void* ptr, size_t size, size_t offset, hipMemGenericAllocationHandle_t handle,
+                     unsigned long long flags);
+hipError_t hipMemUnmap(void* ptr, size_t size);
+hipError_t hipMemSetAccess(void* ptr, size_t size, const AccessDesc* desc, size_t count);
+typedef struct { void* ptr; size_t pitch, xsize, ysize; } PitchedPtr;
+typedef struct { size_t width, height, depth; } Extent;
+hipError_t hipMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height);
+hipError_t hipMalloc3D(PitchedPtr* pitched, Extent extent);
+hipError_t hipMemAllocPitch(void** ptr, size_t* pitch, size_t width, size_t height,
+                            unsigned int element_size);
+hipError_t hipMemGetAddressRange(void** base, size_t* size, void* ptr);
+hipError_t hipMemPtrGetInfo(void* ptr, size_t* size);
+
+static size_t free_now(void) {
+    size_t free_b = 0, total_b = 0;
+    OK(hipMemGetInfo(&free_b, &total_b));
+    return free_b;
+}
+
+/* Allocation calls that reached the simulated runtime so far, successful or not. */
+static uint64_t runtime_calls(void) {
+    struct hipsimCounters c = counters();
+    return c.allocs + c.failed_allocs;
+}
+
+static void counted(void) {
+    Prop prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1;          /* hipMemAllocationTypePinned */
+    prop.location.type = 1; /* hipMemLocationTypeDevice */
+    printf("free_before %zu\n", free_now());
+
+    hipMemGenericAllocationHandle_t h = NULL, past = NULL;
+    printf("create %d\n", hipMemCreate(&h, 1536 * MiB, &prop, 0));
+    printf("free_after_create %zu\n", free_now());
+
+    /* The program's own mapping of it works as without the shim. */
+    void* va = NULL;
+    OK(hipMemAddressReserve(&va, 1536 * MiB, 0, NULL, 0));
+    OK(hipMemMap(va, 1536 * MiB, 0, h, 0));
+    AccessDesc rw = {{1, 0}, 3};
+    OK(hipMemSetAccess(va, 1536 * MiB, &rw, 1));
+    OK(hipMemset(va, 0x5a, 4 * MiB));
+    unsigned char back[16];
+    OK(hipMemcpy(back, (char*)va + MiB, sizeof back, hipMemcpyDeviceToHost));
+    printf("mapped_reads_back %d\n", back[0] == 0x5a && back[15] == 0x5a);
+
+    void* p = NULL;
+    printf("malloc_past %d\n", hipMalloc(&p, GiB));
+    (void)hipGetLastError();
+    uint64_t calls = runtime_calls();
+    printf("create_past %d\n", hipMemCreate(&past, GiB, &prop, 0));
+    printf("create_past_reached_runtime %d\n", runtime_calls() != calls);
+    printf("last_error_after_create_past %d\n", hipGetLastError());
+
+    OK(hipMemUnmap(va, 1536 * MiB));
+    OK(hipMemAddressFree(va, 1536 * MiB));
+    printf("release %d\n", hipMemRelease(h));
+    printf("free_after_release %zu\n", free_now());
+    printf("malloc_after_release %d\n", hipMalloc(&p, GiB));
+    printf("free_with_1GiB %zu\n", free_now());
+    OK(hipFree(p));
+}
+
+static void queries(void) {
+    void *a = NULL, *b = NULL, *m = NULL, *base = NULL;
+    size_t size = 0;
+    OK(hipMalloc(&a, MiB + 100));
+    OK(hipMalloc(&b, 3000));
+    OK(hipMallocManaged(&m, 5000, 1));
+    unsigned char last = 0;
+    OK(hipMemset(a, 0x11, MiB + 100));
+    OK(hipMemcpy(&last, (char*)a + MiB + 99, 1, hipMemcpyDeviceToHost));
+    printf("data_ok %d\n", last == 0x11);
+    printf("range %d\n", hipMemGetAddressRange(&base, &size, (char*)a + 1000));
+    printf("range_base_is_block %d\n", base == a);
+    printf("range_size %zu\n", size);
+    base = NULL;
+    OK(hipMemGetAddressRange(&base, &size, (char*)b + 2999));
+    printf("range_last_byte_base_is_block %d\nrange_last_byte_size %zu\n", base == b, size);
+    size = 0;
+    printf("ptr_info %d\n", hipMemPtrGetInfo((char*)b + 10, &size));
+    printf("ptr_info_size %zu\n", size);
+    base = NULL;
+    OK(hipMemGetAddressRange(&base, &size, (char*)m + 4000));
+    printf("managed_base_is_block %d\nmanaged_size %zu\n", base == m, size);
+    int local = 0;
+    printf("unknown_range %d\n", hipMemGetAddressRange(&base, &size, &local));
+    printf("unknown_ptr_info %d\n", hipMemPtrGetInfo(&local, &size));
+    OK(hipFree(a));
+    OK(hipFree(b));
+    OK(hipFree(m));
+}
+
+static void pitched(void) {
+    size_t before = free_now(), pitch = 0, size = 0;
+    void *p = NULL, *q = NULL, *big = NULL, *zero = &size, *base = NULL;
+    printf("pitch_rc %d\n", hipMallocPitch(&p, &pitch, 1000, 300));
+    printf("pitch %zu\n", pitch);
+    printf("pitch_counted %zu\n", before - free_now());
+    OK(hipMemset((char*)p + 299 * pitch, 7, 1000));
+    OK(hipMemGetAddressRange(&base, &size, (char*)p + 5 * pitch + 7));
+    printf("pitch_range_base_is_block %d\npitch_range_size %zu\n", base == p, size);
+
+    PitchedPtr pp;
+    memset(&pp, 0, sizeof pp);
+    Extent extent = {1000, 10, 3};
+    printf("m3d %d\n", hipMalloc3D(&pp, extent));
+    printf("m3d_pitch %zu\nm3d_xsize %zu\nm3d_ysize %zu\n", pp.pitch, pp.xsize, pp.ysize);
+    OK(hipMemPtrGetInfo(pp.ptr, &size));
+    printf("m3d_size %zu\n", size);
+
+    printf("alloc_pitch_bad_element %d\n", hipMemAllocPitch(&q, &pitch, 64, 2, 3));
+    printf("alloc_pitch %d\n", hipMemAllocPitch(&q, &pitch, 64, 2, 4));
+    printf("alloc_pitch_pitch %zu\n", pitch);
+    printf("pitch_past %d\n", hipMallocPitch(&big, &pitch, GiB, 3));
+    (void)hipGetLastError();
+    printf("pitch_zero %d\n", hipMallocPitch(&zero, &pitch, 0, 5));
+    printf("pitch_zero_null %d\n", zero == NULL);
+    OK(hipFree(p));
+    OK(hipFree(pp.ptr));
+    OK(hipFree(q));
+    printf("pitch_all_back %d\n", free_now() == before);
+}
+
+int main(int argc, char** argv) {
+    if (argc > 1 && strcmp(argv[1], "pitched") == 0) {
+        pitched();
+    } else if (argc > 1 && strcmp(argv[1], "queries") == 0) {
+        queries();
+    } else {
+        counted();
+    }
+    return 0;
+}
