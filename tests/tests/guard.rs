@@ -263,6 +263,12 @@ fn no_synchronize_while_a_stream_capture_is_active() {
 fn a_freed_block_is_not_reused_while_queued_work_may_write_it() {
     let s = guarded("guard_ops", &["reuse"], &[]);
     s.succeeded();
+    assert_eq!(
+        s.num("same_address"),
+        5,
+        "every round reuses the freed block once the work on it is done: {}",
+        text(&s.out)
+    );
     assert_eq!(s.num("corrupted_bytes"), 0);
 }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use rocmguard_core::pool::{GRANULE, MAPPING_CHUNK};
+use rocmguard_core::pool::{GRANULE, MAPPING_CHUNK, SMALL_REQUEST};
 use rocmguard_core::{AllocError, Config, CountingSource, DeviceSource, Pool, PoolOptions};
 
 #[derive(Clone, Debug)]
@@ -56,6 +56,9 @@ fn options_with(max_split: Option<u64>, vmm: bool) -> PoolOptions {
 
 /// Checks every invariant of the pool against the model of live blocks.
 fn check(pool: &Pool<CountingSource>, live: &BTreeMap<u64, u64>) {
+    if let Err(e) = pool.check_invariants() {
+        panic!("pool invariant broken: {}", e);
+    }
     let s = pool.stats();
     let mut end = 0;
     for (&addr, &size) in live {
@@ -234,15 +237,33 @@ proptest! {
 #[test]
 fn freed_blocks_wait_for_a_synchronize_before_reuse() {
     use std::sync::atomic::Ordering::Relaxed;
-    let pool = Pool::new(CountingSource::new(DEVICE), options(None));
-    let a = pool.alloc(4 << 20).unwrap();
-    let syncs = pool.source().syncs.load(Relaxed);
-    pool.free(a);
-    let b = pool.alloc(4 << 20).unwrap();
-    assert!(
-        b != a || pool.source().syncs.load(Relaxed) > syncs,
-        "a freed block was handed out again without a synchronize"
-    );
+    // Virtual and plain segments, a large block and a small one. A small request takes free
+    // room in its segment before it waits, so the second small block fills the segment.
+    for (vmm, size) in [(true, 4 << 20), (false, 4 << 20), (false, 1 << 20)] {
+        let pool = Pool::new(CountingSource::new(DEVICE), options_with(None, vmm));
+        let a = pool.alloc(size).unwrap();
+        if size <= SMALL_REQUEST {
+            pool.alloc(size).unwrap();
+        }
+        // Work queued on the block before its free may still write it until a synchronize.
+        pool.source().queued_use(a, size);
+        pool.free(a);
+        assert_eq!(pool.source().syncs.load(Relaxed), 0, "a free does not wait");
+        let b = pool.alloc(size).unwrap();
+        assert!(
+            !pool.source().is_queued(b, size),
+            "vmm {}: block at {:#x} handed out over memory queued work may still write",
+            vmm,
+            b
+        );
+        assert_eq!(
+            (b, pool.source().syncs.load(Relaxed)),
+            (a, 1),
+            "vmm {}: the freed block is reused, after one synchronize",
+            vmm
+        );
+        pool.check_invariants().unwrap();
+    }
 }
 
 #[test]
@@ -455,4 +476,98 @@ fn a_device_that_cannot_map_gets_plain_segments() {
         0,
         "the unusable address space went back"
     );
+}
+
+/// A counting device whose mapping calls fail with a driver error while `failing` is set.
+struct FailingMap {
+    inner: CountingSource,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+/// Not out of memory: a driver error the pool passes on without retrying.
+const DRIVER_ERROR: rocmguard_core::SourceError = rocmguard_core::SourceError {
+    code: 999,
+    out_of_memory: false,
+};
+
+impl DeviceSource for FailingMap {
+    fn alloc(&self, size: u64) -> Result<u64, rocmguard_core::SourceError> {
+        self.inner.alloc(size)
+    }
+    fn free(&self, addr: u64, size: u64) -> Result<(), rocmguard_core::SourceError> {
+        self.inner.free(addr, size)
+    }
+    fn mem_info(&self) -> Result<(u64, u64), rocmguard_core::SourceError> {
+        self.inner.mem_info()
+    }
+    fn synchronize(&self) -> Result<(), rocmguard_core::SourceError> {
+        self.inner.synchronize()
+    }
+    fn has_virtual_memory(&self) -> bool {
+        true
+    }
+    fn reserve(&self, size: u64) -> Result<u64, rocmguard_core::SourceError> {
+        self.inner.reserve(size)
+    }
+    fn unreserve(&self, addr: u64, size: u64) -> Result<(), rocmguard_core::SourceError> {
+        self.inner.unreserve(addr, size)
+    }
+    fn map(
+        &self,
+        addr: u64,
+        size: u64,
+        chunk: u64,
+    ) -> Result<Vec<u64>, rocmguard_core::SourceError> {
+        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(DRIVER_ERROR);
+        }
+        self.inner.map(addr, size, chunk)
+    }
+    fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), rocmguard_core::SourceError> {
+        self.inner.unmap(addr, size, token)
+    }
+}
+
+#[test]
+fn a_failed_map_leaves_the_free_block_whole() {
+    const MIB: u64 = 1 << 20;
+    let mut o = options(None);
+    o.cap = 128 * MIB;
+    o.trim_threshold = 1.0;
+    let pool = Pool::new(
+        FailingMap {
+            inner: CountingSource::new(DEVICE),
+            failing: Default::default(),
+        },
+        o,
+    );
+    // One 128 MiB virtual segment: [a 20][b 40][d 20][e 40][c 1 KiB] and the rest.
+    let sizes = [20 * MIB, 40 * MIB, 20 * MIB, 40 * MIB, 1024];
+    let blocks: Vec<u64> = sizes.iter().map(|&n| pool.alloc(n).unwrap()).collect();
+    let (a, b, d, e) = (blocks[0], blocks[1], blocks[2], blocks[3]);
+    // a's and d's memory goes back; then b and e join them in one free block of 120 MiB with
+    // two unmapped holes.
+    pool.free(a);
+    pool.free(d);
+    pool.trim_to(0);
+    pool.free(b);
+    pool.free(e);
+    pool.synchronized(pool.quarantine_mark());
+    assert_eq!(pool.stats().largest_free, 120 * MIB);
+    pool.source()
+        .failing
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    // 80 MiB needs least mapped 20 MiB in: the map fails, and the driver's code comes back.
+    assert_eq!(pool.alloc(80 * MIB), Err(AllocError::Source(DRIVER_ERROR)));
+    assert_eq!(
+        pool.stats().largest_free,
+        120 * MIB,
+        "after the failed map the free block is whole again"
+    );
+    pool.source()
+        .failing
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    pool.check_invariants().unwrap();
+    let f = pool.alloc(120 * MIB).expect("the whole free block serves");
+    assert!(pool.source().inner.is_backed(f, 120 * MIB));
 }

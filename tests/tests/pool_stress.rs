@@ -1,5 +1,6 @@
 //! 8 threads of mixed-size allocations and frees against one pool over a counting device: no
-//! overlap ever, and every byte back at the device at the end.
+//! overlap ever, every invariant of the pool after every step, and every byte back at the
+//! device at the end.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -29,6 +30,9 @@ fn eight_threads_mixed_sizes() {
                         6..=8 => 1 + x % (2 << 20),
                         _ => 1 + x % (24 << 20),
                     };
+                    if let Err(e) = pool.check_invariants() {
+                        panic!("thread {} step {}: pool invariant broken: {}", t, i, e);
+                    }
                     if mine.is_empty() || (mine.len() < 64 && !(x >> 8).is_multiple_of(3)) {
                         let addr = pool.alloc(size).expect("8 GiB is plenty");
                         let mut l = live.lock().unwrap();
@@ -60,6 +64,7 @@ fn eight_threads_mixed_sizes() {
     assert_eq!(s.live, 0);
     assert_eq!(s.allocs, s.frees);
     pool.trim_to(0);
+    pool.check_invariants().unwrap();
     assert_eq!(pool.stats().reserved, 0);
     assert_eq!(pool.source().used(), 0, "every byte is back at the device");
 }

@@ -3,11 +3,9 @@
 //! decision can be tested without a GPU.
 #![forbid(unsafe_code)]
 
-mod arena;
 pub mod config;
 pub mod counting;
 mod hash;
-mod index;
 pub mod live;
 pub mod pool;
 pub mod size;

@@ -6,7 +6,7 @@
 //! Pure bookkeeping: which page is mapped by which run, and how many live or quarantined blocks
 //! touch it. The pool makes the device calls.
 
-use crate::pool::{NIL, SEGMENT};
+use super::{NIL, SEGMENT};
 
 #[derive(Clone, Copy)]
 pub(crate) struct Page {
@@ -102,6 +102,57 @@ impl Pages {
         }
     }
 
+    /// Checks the pages against `blocks`, the `(addr, size)` of every live or quarantined
+    /// block in the segment: each block's pages mapped, each page's count of blocks right, each
+    /// mapped page named by a mapping that covers it. Adds to `counts`, by mapping, the pages
+    /// that name it and those of them some block touches. For
+    /// [`super::Pool::check_invariants`].
+    pub(crate) fn check(
+        &self,
+        blocks: &[(u64, u64)],
+        mappings: &Mappings,
+        counts: &mut Vec<(u32, u32)>,
+    ) -> Result<(), String> {
+        let mut uses = vec![0u32; self.pages.len()];
+        for &(addr, size) in blocks {
+            if !self.is_mapped(addr, size) {
+                return Err(format!(
+                    "block at {:#x} ({} bytes) is not all mapped",
+                    addr, size
+                ));
+            }
+            for p in self.range(addr, size) {
+                uses[p] += 1;
+            }
+        }
+        counts.resize(counts.len().max(mappings.runs.len()), (0, 0));
+        for (p, page) in self.pages.iter().enumerate() {
+            let at = self.base + p as u64 * SEGMENT;
+            if page.uses != uses[p] {
+                return Err(format!(
+                    "page at {:#x} counts {} blocks, not {}",
+                    at, page.uses, uses[p]
+                ));
+            }
+            if page.mapping == NIL {
+                continue;
+            }
+            match mappings.runs.get(page.mapping as usize) {
+                Some(Some(m)) if m.addr <= at && at < m.addr + m.size => {}
+                _ => {
+                    return Err(format!(
+                        "page at {:#x} names mapping {}, which does not cover it",
+                        at, page.mapping
+                    ))
+                }
+            }
+            let c = &mut counts[page.mapping as usize];
+            c.0 += 1;
+            c.1 += u32::from(page.uses > 0);
+        }
+        Ok(())
+    }
+
     fn set(&mut self, addr: u64, size: u64, mapping: u32) {
         for p in self.range(addr, size) {
             self.pages[p].mapping = mapping;
@@ -185,6 +236,39 @@ impl Mappings {
             .collect();
         out.sort_unstable();
         out
+    }
+
+    /// Checks each mapping's pages and busy pages against `counts` (from [`Pages::check`] over
+    /// every virtual segment) and returns the bytes mapped.
+    pub(crate) fn check(&self, counts: &[(u32, u32)]) -> Result<u64, String> {
+        let mut total = 0;
+        for (i, m) in self.runs.iter().enumerate() {
+            if let Some(m) = m {
+                let (pages, busy) = counts.get(i).copied().unwrap_or((0, 0));
+                if u64::from(pages) * SEGMENT != m.size {
+                    return Err(format!(
+                        "mapping at {:#x} of {} bytes backs {} pages",
+                        m.addr, m.size, pages
+                    ));
+                }
+                if m.busy != busy {
+                    return Err(format!(
+                        "mapping at {:#x} counts {} busy pages, not {}",
+                        m.addr, m.busy, busy
+                    ));
+                }
+                total += m.size;
+            }
+        }
+        let vacant = self.runs.iter().filter(|m| m.is_none()).count();
+        if vacant != self.vacant.len() {
+            return Err(format!(
+                "{} empty mapping slots but {} listed vacant",
+                vacant,
+                self.vacant.len()
+            ));
+        }
+        Ok(total)
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -5,7 +5,8 @@
 //! splits each power into 16 classes, so a block found for a request wastes at most 1/16 of it
 //! before the split returns the rest.
 
-use crate::pool::{Block, NIL};
+use super::block::Block;
+use super::NIL;
 
 const SL_BITS: u32 = 4;
 const SL: usize = 1 << SL_BITS;
@@ -135,6 +136,44 @@ impl FreeIndex {
         }
         let fl = fl_above.trailing_zeros() as usize;
         Some(fl * SL + (self.sl_map[fl] as u32).trailing_zeros() as usize)
+    }
+
+    /// Every block in the index, after checking the lists: each block in the class of its
+    /// size, back links that match, and bitmaps that say which classes hold blocks. For
+    /// [`super::Pool::check_invariants`].
+    pub(crate) fn members(&self, blocks: &[Block]) -> Result<Vec<u32>, String> {
+        let mut out = Vec::new();
+        for (class, &head) in self.heads.iter().enumerate() {
+            let marked = self.sl_map[class / SL] & (1 << (class % SL)) != 0
+                && self.fl_map & (1 << (class / SL)) != 0;
+            if marked != (head != NIL) {
+                return Err(format!(
+                    "free class {} is marked {} but its list is {}",
+                    class,
+                    marked,
+                    if head == NIL { "empty" } else { "not" }
+                ));
+            }
+            let (mut prev, mut i) = (NIL, head);
+            while i != NIL {
+                let b = blocks
+                    .get(i as usize)
+                    .ok_or_else(|| format!("free list names block {} past the arena", i))?;
+                if class_of(b.size >> 8) != class || b.link_prev != prev {
+                    return Err(format!(
+                        "block {} at {:#x} ({} bytes) is misfiled in free class {}",
+                        i, b.addr, b.size, class
+                    ));
+                }
+                out.push(i);
+                if out.len() > blocks.len() {
+                    return Err(format!("free class {} loops", class));
+                }
+                prev = i;
+                i = b.link_next;
+            }
+        }
+        Ok(out)
     }
 
     /// The largest free block's size (scans the top class only).

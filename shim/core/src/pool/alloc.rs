@@ -1,0 +1,329 @@
+//! The allocation loop and growth: serve from the pool; else reuse quarantined blocks after one
+//! synchronize; else grow from the device within the cap, the headroom and the trim threshold;
+//! on the device's out-of-memory trim everything cached, synchronize, back off and try again.
+
+use std::sync::MutexGuard;
+
+use super::state::{Backing, Fit, Kind, State};
+use super::{
+    round_up, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, SEGMENT, SMALL_REQUEST,
+    WARMUP_SEGMENT,
+};
+use crate::source::DeviceSource;
+
+/// What one pass of the allocation loop came to.
+enum Step {
+    Served(u64),
+    /// Blocks in quarantine would serve better once a synchronize releases them.
+    Synchronize,
+    Failed(AllocError),
+}
+
+/// A segment of at most [`MEDIUM_SEGMENT`] for a medium request that wastes the least of itself
+/// on rounding when filled with requests of the same size (9 MiB ones get 18 MiB, not 20).
+fn medium_segment(rounded: u64) -> u64 {
+    let mut best = (u64::MAX, round_up(rounded, SEGMENT));
+    for k in 1..=(MEDIUM_SEGMENT / rounded).max(1) {
+        let size = round_up(k * rounded, SEGMENT);
+        // Waste per byte, compared exactly: (size - k * rounded) / size.
+        let waste = (size - k * rounded) * (MEDIUM_SEGMENT / SEGMENT) / (size / SEGMENT);
+        if waste <= best.0 {
+            best = (waste, size);
+        }
+    }
+    best.1
+}
+
+fn is_retryable(e: AllocError) -> bool {
+    match e {
+        AllocError::OverCap => true,
+        AllocError::Source(s) => s.out_of_memory,
+    }
+}
+
+impl<S: DeviceSource> Pool<S> {
+    /// A block of at least `size` bytes, 256-byte aligned: the retry loop around
+    /// [`Pool::serve`].
+    pub fn alloc(&self, size: u64) -> Result<u64, AllocError> {
+        let (st, result) = self.retry_loop(self.lock(), size);
+        self.mirror(&st);
+        result
+    }
+
+    /// The loop of [`Pool::alloc`]; it may let go of the lock while it synchronizes or backs
+    /// off, and hands it back with the result.
+    fn retry_loop<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        size: u64,
+    ) -> (MutexGuard<'a, State>, Result<u64, AllocError>) {
+        let rounded = round_up(size.max(1), GRANULE);
+        let mut attempt = 0;
+        let mut synced = false;
+        if !st.warmed {
+            st.warmed = true;
+            st.virtual_memory = self.options.virtual_memory && self.source.has_virtual_memory();
+            self.warm_up(&mut st);
+        }
+        loop {
+            if st.live_total() + rounded > st.stats.cap || rounded == u64::MAX / GRANULE * GRANULE {
+                st.stats.ooms += 1;
+                return (st, Err(AllocError::OverCap));
+            }
+            let kind = st.kind_for(rounded);
+            let error = match self.serve(&mut st, kind, rounded, size, synced) {
+                Step::Served(addr) => return (st, Ok(addr)),
+                Step::Synchronize => {
+                    synced = true;
+                    st = self.synchronize_and_release(st);
+                    continue;
+                }
+                Step::Failed(e) => e,
+            };
+            if st.virtual_memory && st.mappings.is_empty() && !is_retryable(error) {
+                self.give_up_virtual_memory(&mut st);
+                continue;
+            }
+            if kind == Kind::Small {
+                // The small pool could not grow; free room in a large segment serves.
+                if let Some(addr) = self.small_in_large(&mut st, rounded, size) {
+                    return (st, Ok(addr));
+                }
+            }
+            if attempt >= self.options.retries || !is_retryable(error) {
+                st.stats.ooms += 1;
+                return (st, Err(error));
+            }
+            attempt += 1;
+            st.stats.retries += 1;
+            st = self.synchronize_and_release(st);
+            self.trim_locked(&mut st, 0, None);
+            drop(st);
+            std::thread::sleep(self.options.backoff * attempt);
+            st = self.lock();
+        }
+    }
+
+    /// One try at `rounded` bytes of pool `kind` (`synced`: the loop synchronized already).
+    fn serve(&self, st: &mut State, kind: Kind, rounded: u64, size: u64, synced: bool) -> Step {
+        // Quarantined blocks may fit far better than what is free now; a poor fit that a
+        // synchronize could avoid splits blocks that later requests need whole.
+        let quarantine_helps =
+            !synced && st.stats.quarantined >= rounded && self.source.may_synchronize();
+        let fit = if quarantine_helps {
+            Fit::Close
+        } else {
+            Fit::Any
+        };
+        let oversize = self.options.oversize();
+        // Memory already mapped first: mapping more while mapped memory sits idle churns.
+        let mapped = if st.virtual_memory {
+            st.find(kind, rounded, oversize, fit, Backing::Mapped)
+        } else {
+            None
+        };
+        let found = mapped.or_else(|| st.find(kind, rounded, oversize, fit, Backing::Any));
+        let error = match found {
+            // Mapping memory costs device calls and memory: blocks in quarantine may do instead.
+            Some(block) if !synced && !st.is_backed(block, rounded) && st.stats.quarantined > 0 => {
+                return Step::Synchronize
+            }
+            Some(block) => match self.take_window(st, block, rounded, size) {
+                Ok(addr) => return Step::Served(addr),
+                Err(e) => e,
+            },
+            None if quarantine_helps => return Step::Synchronize,
+            None => {
+                // A new small segment that would set a new peak while a large one has room
+                // churns: freed at the next growth of the other kind, made again after.
+                if kind == Kind::Small && self.growth_sets_peak(st, SEGMENT) {
+                    if let Some(block) = st.smallest_idle_segment() {
+                        st.stats.pool_hits += 1;
+                        return Step::Served(self.take(st, block, rounded, size));
+                    }
+                }
+                match self.grow(st, rounded) {
+                    Ok(block) => {
+                        let at = st.blocks[block as usize].addr;
+                        match self.back(st, block, at, rounded) {
+                            Ok(_) => return Step::Served(self.take(st, block, rounded, size)),
+                            Err(e) => e,
+                        }
+                    }
+                    Err(e) => e,
+                }
+            }
+        };
+        Step::Failed(error)
+    }
+
+    /// Hands out `rounded` bytes of free block `block` where they need the least memory mapped
+    /// (a block that needs memory mapped may hold a stretch already mapped further in), once
+    /// that memory is mapped; on failure the block stays as it was.
+    fn take_window(
+        &self,
+        st: &mut State,
+        block: u32,
+        rounded: u64,
+        size: u64,
+    ) -> Result<u64, AllocError> {
+        let at = st.best_window(block, rounded);
+        let called = self.back(st, block, at, rounded)?;
+        let addr = st.blocks[block as usize].addr;
+        let block = if at == addr {
+            block
+        } else {
+            st.split_free(block, at - addr)
+        };
+        st.stats.pool_hits += u64::from(!called);
+        Ok(self.take(st, block, rounded, size))
+    }
+
+    /// Hands out free block `block` for `rounded` bytes of the `requested`.
+    fn take(&self, st: &mut State, block: u32, rounded: u64, requested: u64) -> u64 {
+        st.take(block, rounded, requested, self.options.oversize())
+    }
+
+    /// A small request served from free room in a large segment, if one has it.
+    fn small_in_large(&self, st: &mut State, rounded: u64, size: u64) -> Option<u64> {
+        let oversize = self.options.oversize();
+        let block = st.find(Kind::Large, rounded, oversize, Fit::Any, Backing::Any)?;
+        let at = st.blocks[block as usize].addr;
+        let called = self.back(st, block, at, rounded).ok()?;
+        st.stats.pool_hits += u64::from(!called);
+        Some(self.take(st, block, rounded, size))
+    }
+
+    /// Makes room for `need` more bytes from the device within the cap, the headroom and the
+    /// trim threshold: cached memory that could not serve goes back first where keeping it would
+    /// set a new peak or pass the threshold. Memory under `keep_range` stays.
+    pub(super) fn make_room(
+        &self,
+        st: &mut State,
+        need: u64,
+        keep_range: Option<(u64, u64)>,
+    ) -> Result<(), AllocError> {
+        self.trim_before_growth(st, need, need, keep_range);
+        let cap = st.stats.cap;
+        if need > cap.saturating_sub(st.stats.reserved + st.stats.external) {
+            return Err(AllocError::OverCap);
+        }
+        if self.options.headroom > 0 {
+            let (free, _) = self.source.mem_info().map_err(AllocError::Source)?;
+            if free < need + self.options.headroom {
+                return Err(AllocError::OverCap);
+            }
+        }
+        Ok(())
+    }
+
+    /// What reserved (with external) may reach when the device gives `need` more bytes: the
+    /// peak so far, within the trim threshold and the cap.
+    pub(super) fn growth_limit(&self, st: &State, need: u64) -> u64 {
+        let cap = st.stats.cap;
+        let threshold = (self.options.trim_threshold * cap as f64) as u64;
+        st.stats
+            .peak_reserved
+            .max(need)
+            .min(threshold.max(need))
+            .min(cap)
+    }
+
+    /// Whether taking `grow` more bytes from the device would pass [`Pool::growth_limit`].
+    fn growth_sets_peak(&self, st: &State, grow: u64) -> bool {
+        st.stats.reserved + st.stats.external + grow > self.growth_limit(st, grow)
+    }
+
+    /// Adds a segment that can serve `rounded` bytes, within cap, headroom and threshold.
+    fn grow(&self, st: &mut State, rounded: u64) -> Result<u32, AllocError> {
+        if st.virtual_memory {
+            match self.grow_virtual(st, rounded) {
+                Some(block) => return Ok(block),
+                None => self.give_up_virtual_memory(st),
+            }
+        }
+        let kind = if rounded <= SMALL_REQUEST {
+            Kind::Small
+        } else {
+            Kind::Large
+        };
+        let minimal = round_up(rounded, SEGMENT);
+        let preferred = if kind == Kind::Small {
+            SEGMENT
+        } else if rounded <= MEDIUM_REQUEST {
+            medium_segment(rounded)
+        } else {
+            minimal
+        };
+        // A segment at or past max_split is never split, so it only grows that large if the
+        // request needs it.
+        let preferred = if preferred >= self.options.oversize() {
+            minimal
+        } else {
+            preferred
+        };
+        self.trim_before_growth(st, minimal, preferred, None);
+        let cap = st.stats.cap;
+        let room = cap.saturating_sub(st.stats.reserved + st.stats.external);
+        let mut size = if preferred <= room {
+            preferred
+        } else {
+            minimal
+        };
+        if size > room {
+            return Err(AllocError::OverCap);
+        }
+        if self.options.headroom > 0 {
+            let (free, _) = self.source.mem_info().map_err(AllocError::Source)?;
+            if free < minimal + self.options.headroom {
+                return Err(AllocError::OverCap);
+            }
+            if free < size + self.options.headroom {
+                size = minimal;
+            }
+        }
+        let addr = match self.source.alloc(size) {
+            Ok(a) => a,
+            Err(e) if e.out_of_memory && size > minimal => {
+                st.stats.retries += 1;
+                size = minimal;
+                self.source.alloc(size).map_err(AllocError::Source)?
+            }
+            Err(e) => return Err(AllocError::Source(e)),
+        };
+        Ok(st.add_segment(addr, size, kind, None))
+    }
+
+    fn warm_up(&self, st: &mut State) {
+        let warmup = round_up(self.options.warmup.min(st.stats.cap), SEGMENT);
+        if warmup == 0 {
+            return;
+        }
+        if st.virtual_memory {
+            match self.grow_virtual(st, warmup) {
+                Some(block) => {
+                    // Mapped now, handed out later: the mappings stay cached until needed.
+                    let at = st.blocks[block as usize].addr;
+                    match self.back(st, block, at, warmup) {
+                        Err(e) if st.mappings.is_empty() && !is_retryable(e) => {
+                            self.give_up_virtual_memory(st);
+                        }
+                        _ => return,
+                    }
+                }
+                None => self.give_up_virtual_memory(st),
+            }
+        }
+        let mut left = warmup;
+        while left > 0 {
+            let size = left.min(WARMUP_SEGMENT);
+            match self.source.alloc(size) {
+                Ok(addr) => {
+                    st.add_segment(addr, size, Kind::Large, None);
+                }
+                Err(_) => break,
+            }
+            left -= size;
+        }
+    }
+}

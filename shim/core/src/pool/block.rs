@@ -1,0 +1,217 @@
+//! Blocks: the pieces that tile a segment, handed out, freed, split and merged.
+
+use super::pages::Pages;
+use super::state::{Kind, Segment, State};
+use super::{GRANULE, NIL};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BlockState {
+    /// In its kind's free index.
+    Free,
+    /// Handed out: in [`State::live`].
+    Live,
+    /// Freed, waiting for a synchronize: in [`State::quarantine`].
+    Quarantined,
+    /// An empty arena slot: in [`State::vacant_blocks`], in no segment.
+    Vacant,
+}
+
+/// One block of a segment. Blocks of a segment tile it exactly, in address order through
+/// `prev`/`next` (`NIL` at the ends); free ones are also linked into their size class through
+/// `link_*`.
+#[derive(Clone, Debug)]
+pub(crate) struct Block {
+    /// A multiple of [`GRANULE`], as is `size` (never 0).
+    pub addr: u64,
+    pub size: u64,
+    /// What the program asked for (live and quarantined blocks only): at most `size`.
+    pub requested: u64,
+    pub seg: u32,
+    pub prev: u32,
+    pub next: u32,
+    pub link_prev: u32,
+    pub link_next: u32,
+    pub state: BlockState,
+}
+
+impl State {
+    fn new_block(&mut self, b: Block) -> u32 {
+        match self.vacant_blocks.pop() {
+            Some(i) => {
+                self.blocks[i as usize] = b;
+                i
+            }
+            None => {
+                self.blocks.push(b);
+                (self.blocks.len() - 1) as u32
+            }
+        }
+    }
+
+    fn vacate(&mut self, i: u32) {
+        self.blocks[i as usize].state = BlockState::Vacant;
+        self.vacant_blocks.push(i);
+    }
+
+    /// Splits free block `i` after `offset` bytes; returns the second part (both stay free:
+    /// the caller hands the second out at once).
+    pub(super) fn split_free(&mut self, i: u32, offset: u64) -> u32 {
+        let kind = self.kind(i).slot();
+        self.index[kind].remove(&mut self.blocks, i);
+        let rest = self.carve(i, offset);
+        self.index[kind].insert(&mut self.blocks, i);
+        self.index[kind].insert(&mut self.blocks, rest);
+        rest
+    }
+
+    /// Cuts block `i` (out of the index) after `offset` bytes; returns the second part, free and
+    /// not yet in the index.
+    fn carve(&mut self, i: u32, offset: u64) -> u32 {
+        let (addr, size, seg, next) = {
+            let b = &self.blocks[i as usize];
+            (b.addr, b.size, b.seg, b.next)
+        };
+        let rest = self.new_block(Block {
+            addr: addr + offset,
+            size: size - offset,
+            requested: 0,
+            seg,
+            prev: i,
+            next,
+            link_prev: NIL,
+            link_next: NIL,
+            state: BlockState::Free,
+        });
+        if next != NIL {
+            self.blocks[next as usize].prev = rest;
+        }
+        let b = &mut self.blocks[i as usize];
+        b.next = rest;
+        b.size = offset;
+        rest
+    }
+
+    /// Hands out free block `i` for `rounded` bytes, splitting off the rest unless the block
+    /// is oversize.
+    pub(super) fn take(&mut self, i: u32, rounded: u64, requested: u64, oversize: u64) -> u64 {
+        let kind = self.kind(i).slot();
+        self.index[kind].remove(&mut self.blocks, i);
+        let (addr, size, seg) = {
+            let b = &self.blocks[i as usize];
+            (b.addr, b.size, b.seg)
+        };
+        if size - rounded >= GRANULE && (size < oversize || self.pages(seg).is_some()) {
+            let rest = self.carve(i, rounded);
+            self.index[kind].insert(&mut self.blocks, rest);
+        }
+        let b = &mut self.blocks[i as usize];
+        b.state = BlockState::Live;
+        b.requested = requested;
+        self.pin_pages(i);
+        self.live.insert(addr, i);
+        let s = &mut self.stats;
+        s.live += requested;
+        s.peak_live = s.peak_live.max(s.live);
+        s.allocs += 1;
+        addr
+    }
+
+    /// Marks a quarantined block free and merges it with free neighbours. Returns whether its
+    /// segment is now wholly free (or, virtual, may have an idle mapping).
+    pub(super) fn release_block(&mut self, mut i: u32) -> bool {
+        let kind = self.kind(i).slot();
+        self.unpin_pages(i);
+        self.blocks[i as usize].state = BlockState::Free;
+        let prev = self.blocks[i as usize].prev;
+        if prev != NIL && self.blocks[prev as usize].state == BlockState::Free {
+            self.index[kind].remove(&mut self.blocks, prev);
+            self.merge_into(prev, i);
+            i = prev;
+        }
+        let next = self.blocks[i as usize].next;
+        if next != NIL && self.blocks[next as usize].state == BlockState::Free {
+            self.index[kind].remove(&mut self.blocks, next);
+            self.merge_into(i, next);
+        }
+        self.index[kind].insert(&mut self.blocks, i);
+        let b = &self.blocks[i as usize];
+        (b.prev == NIL && b.next == NIL) || self.pages(b.seg).is_some()
+    }
+
+    /// Appends `right` (the next block in address order) to `left` and drops `right`.
+    fn merge_into(&mut self, left: u32, right: u32) {
+        let (size, next) = {
+            let r = &self.blocks[right as usize];
+            (r.size, r.next)
+        };
+        let l = &mut self.blocks[left as usize];
+        l.size += size;
+        l.next = next;
+        if next != NIL {
+            self.blocks[next as usize].prev = left;
+        }
+        self.vacate(right);
+    }
+
+    /// Adds a fresh segment as one free block; returns the block. A virtual one (with `pages`)
+    /// holds no memory yet.
+    pub(super) fn add_segment(
+        &mut self,
+        addr: u64,
+        size: u64,
+        kind: Kind,
+        pages: Option<Pages>,
+    ) -> u32 {
+        let seg = match self.vacant_segments.pop() {
+            Some(s) => s,
+            None => {
+                self.segments.push(None);
+                (self.segments.len() - 1) as u32
+            }
+        };
+        let first = self.new_block(Block {
+            addr,
+            size,
+            requested: 0,
+            seg,
+            prev: NIL,
+            next: NIL,
+            link_prev: NIL,
+            link_next: NIL,
+            state: BlockState::Free,
+        });
+        self.births += 1;
+        let real = pages.is_none();
+        self.segments[seg as usize] = Some(Segment {
+            addr,
+            size,
+            kind,
+            birth: self.births,
+            first,
+            pages,
+        });
+        self.index[kind.slot()].insert(&mut self.blocks, first);
+        if !real {
+            return first;
+        }
+        let s = &mut self.stats;
+        s.reserved += size;
+        s.peak_reserved = s.peak_reserved.max(s.reserved);
+        s.source_allocs += 1;
+        first
+    }
+
+    /// Unlinks a wholly free segment; returns its address and size for the device.
+    pub(super) fn remove_segment(&mut self, seg: u32) -> (u64, u64) {
+        let s = self.segments[seg as usize]
+            .take()
+            .expect("trim only picks existing segments");
+        self.index[s.kind.slot()].remove(&mut self.blocks, s.first);
+        self.vacate(s.first);
+        self.vacant_segments.push(seg);
+        if s.pages.is_none() {
+            self.stats.reserved -= s.size;
+        }
+        (s.addr, s.size)
+    }
+}

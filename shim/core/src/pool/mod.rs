@@ -1,0 +1,277 @@
+//! The pool: device memory taken from a [`DeviceSource`] in 2 MiB-multiple segments and handed
+//! out as 256-byte-aligned blocks, with a cap, headroom, trimming and retry on out-of-memory.
+//!
+//! All bookkeeping is on the host (an arena of block records keyed by device address); device
+//! memory is never touched. One mutex guards a pool; a request the pool can serve takes it once
+//! and makes no system call.
+//!
+//! Where the device offers virtual memory, a segment is a reserved address range instead, backed
+//! by device memory only under its blocks (see [`pages`]), so free memory between live
+//! blocks can go back to the device; elsewhere segments come from the device's plain allocator.
+//!
+//! Reuse is safe the way `hipFree` is: a freed block waits in quarantine until a device
+//! synchronize that began after its free has completed, so work queued before the free can no
+//! longer touch it. The pool synchronizes only when a request cannot be served otherwise, once
+//! for the whole quarantine, and never while the source says a synchronize would do harm.
+//! While the source says all work runs in one order ([`DeviceSource::in_order`]), a freed block
+//! is free at once, as in a caching allocator's same-stream reuse; only giving its memory back
+//! to the device waits for a synchronize.
+//!
+//! The files: `state` the pool's record and its invariants, `block` the blocks that tile a
+//! segment, `index` the free blocks by size, `alloc` the allocation loop and growth,
+//! `quarantine` frees and the synchronize that makes them reusable, `trim` giving memory back,
+//! `virtual_segment` and `pages` segments backed page by page, `check` the invariants recounted.
+
+mod alloc;
+mod block;
+mod check;
+mod index;
+mod pages;
+mod quarantine;
+mod state;
+mod trim;
+mod virtual_segment;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::source::{DeviceSource, SourceError};
+use crate::stats::Stats;
+
+use block::BlockState;
+use state::State;
+
+/// Every block starts and ends on this boundary.
+pub const GRANULE: u64 = 256;
+/// Segments are multiples of this.
+pub const SEGMENT: u64 = 2 << 20;
+/// Requests up to this size share 2 MiB segments of their own (the small pool).
+pub const SMALL_REQUEST: u64 = 1 << 20;
+/// Requests up to this size get a segment of up to [`MEDIUM_SEGMENT`] that holds a whole number of
+/// them, so the next few of the same size land in it too.
+pub const MEDIUM_REQUEST: u64 = 10 << 20;
+pub const MEDIUM_SEGMENT: u64 = 20 << 20;
+/// Virtual segments map device memory in runs of at most this size, so that a block left in a
+/// run pins at most this much (smaller runs cost more device calls).
+pub const MAPPING_CHUNK: u64 = 128 << 20;
+/// Virtual segments reserve this much address space (or the cap, if smaller): a few cost nothing.
+pub const VIRTUAL_SEGMENT: u64 = 256 << 30;
+/// Warm-up reserves in segments of this size.
+pub const WARMUP_SEGMENT: u64 = 256 << 20;
+
+/// No block, segment or mapping: the end of a list.
+const NIL: u32 = u32::MAX;
+
+fn round_up(n: u64, to: u64) -> u64 {
+    n.checked_add(to - 1)
+        .map_or(u64::MAX / to * to, |m| m / to * to)
+}
+
+/// The pool's knobs, resolved for one device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolOptions {
+    pub cap: u64,
+    pub headroom: u64,
+    pub trim_threshold: f64,
+    pub max_split: Option<u64>,
+    pub retries: u32,
+    pub warmup: u64,
+    /// Use the device's virtual memory where it has it.
+    pub virtual_memory: bool,
+    /// Backoff before retry n is n times this, so frees from other threads can land.
+    pub backoff: Duration,
+}
+
+impl PoolOptions {
+    /// The options for a device of `total` bytes.
+    pub fn from_config(config: &Config, total: u64) -> PoolOptions {
+        PoolOptions {
+            cap: config.cap_for(total),
+            headroom: config.headroom,
+            trim_threshold: config.trim_threshold,
+            max_split: config.max_split,
+            retries: config.retries,
+            warmup: config.warmup,
+            virtual_memory: config.vmm,
+            backoff: Duration::from_millis(1),
+        }
+    }
+
+    /// Blocks of this size or more are never split (outside virtual segments).
+    fn oversize(&self) -> u64 {
+        self.max_split.unwrap_or(u64::MAX)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// The cap or the headroom forbids it; the device was not asked.
+    OverCap,
+    /// The device refused, after the retries where it was out of memory; its own code.
+    Source(SourceError),
+}
+
+/// The pool's lock, held; see [`Pool::hold`].
+pub struct PoolHold<'a>(#[allow(dead_code)] MutexGuard<'a, State>);
+
+pub struct Pool<S: DeviceSource> {
+    source: S,
+    options: PoolOptions,
+    state: Mutex<State>,
+    /// Live plus external bytes and the cap, mirrored out of the lock so callers can watch how
+    /// near the cap the program is without taking it: equal to the state's whenever the lock is
+    /// free.
+    used: AtomicU64,
+    cap: AtomicU64,
+    /// Bytes waiting in quarantine, mirrored for [`Pool::reclaim`]'s callers, like `used`.
+    quarantined: AtomicU64,
+}
+
+impl<S: DeviceSource> Pool<S> {
+    pub fn new(source: S, options: PoolOptions) -> Pool<S> {
+        Pool {
+            source,
+            used: AtomicU64::new(0),
+            cap: AtomicU64::new(options.cap),
+            quarantined: AtomicU64::new(0),
+            state: Mutex::new(State::new(options.cap)),
+            options,
+        }
+    }
+
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    pub fn options(&self) -> &PoolOptions {
+        &self.options
+    }
+
+    /// `(live + external, cap)` without taking the lock (a moment old at most).
+    pub fn usage(&self) -> (u64, u64) {
+        (
+            self.used.load(Ordering::Relaxed),
+            self.cap.load(Ordering::Relaxed),
+        )
+    }
+
+    fn mirror(&self, st: &State) {
+        self.used.store(st.live_total(), Ordering::Relaxed);
+        self.cap.store(st.stats.cap, Ordering::Relaxed);
+        self.quarantined
+            .store(st.stats.quarantined, Ordering::Relaxed);
+    }
+
+    /// Whether freed blocks wait for a synchronize (read without the lock; a moment old).
+    pub fn has_quarantine(&self) -> bool {
+        self.quarantined.load(Ordering::Relaxed) > 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere never leaves the state half-changed in a way that matters more than
+        // losing the pool, and the hooks catch panics at their boundary; keep serving.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Size the program asked for, if `addr` is a live block of this pool.
+    pub fn live_size(&self, addr: u64) -> Option<u64> {
+        let st = self.lock();
+        st.live.get(&addr).map(|&i| st.blocks[i as usize].requested)
+    }
+
+    /// The live block that `addr` points into, its start or any byte the program asked for:
+    /// `(start, size asked for)`, how the runtime describes its own allocations to
+    /// `hipMemGetAddressRange`. `None` when no live block of this pool holds `addr`.
+    pub fn block_containing(&self, addr: u64) -> Option<(u64, u64)> {
+        let st = self.lock();
+        if let Some(&i) = st.live.get(&addr) {
+            return Some((addr, st.blocks[i as usize].requested));
+        }
+        let seg = st
+            .segments
+            .iter()
+            .flatten()
+            .find(|s| s.addr <= addr && addr - s.addr < s.size)?;
+        let mut i = seg.first;
+        while i != NIL {
+            let b = &st.blocks[i as usize];
+            if addr - b.addr < b.size {
+                let live = b.state == BlockState::Live && addr - b.addr < b.requested.max(1);
+                return live.then_some((b.addr, b.requested));
+            }
+            i = b.next;
+        }
+        None
+    }
+
+    /// The cap in bytes: what the program may hold from the pool and outside it together.
+    pub fn cap(&self) -> u64 {
+        self.lock().stats.cap
+    }
+
+    /// Changes the cap; cached segments above it go back to the device at once, live blocks
+    /// stay (allocations fail until the program is under the new cap again).
+    pub fn set_cap(&self, cap: u64) {
+        let mut st = self.lock();
+        st.stats.cap = cap;
+        let keep = cap.saturating_sub(st.stats.external);
+        self.trim_locked(&mut st, keep, None);
+        self.mirror(&st);
+    }
+
+    /// Counts `bytes` the program holds outside the pool against the cap.
+    pub fn charge(&self, bytes: u64) -> Result<(), AllocError> {
+        let mut st = self.lock();
+        if st.live_total() + bytes > st.stats.cap {
+            st.stats.ooms += 1;
+            return Err(AllocError::OverCap);
+        }
+        let over = (st.stats.reserved + st.stats.external + bytes).saturating_sub(st.stats.cap);
+        if over > 0 {
+            let keep = st.stats.reserved.saturating_sub(over);
+            self.trim_locked(&mut st, keep, None);
+        }
+        st.stats.external += bytes;
+        self.mirror(&st);
+        Ok(())
+    }
+
+    pub fn uncharge(&self, bytes: u64) {
+        let mut st = self.lock();
+        st.stats.external = st.stats.external.saturating_sub(bytes);
+        self.mirror(&st);
+    }
+
+    /// `(free, total)` as the program should see them: total is the cap; free is what the cap
+    /// still allows, never more than the device has free plus what the pool caches.
+    pub fn view(&self, device_free: u64) -> (u64, u64) {
+        let st = self.lock();
+        let by_cap = st.stats.cap.saturating_sub(st.live_total());
+        let cached = st.stats.reserved - st.stats.live.min(st.stats.reserved);
+        (by_cap.min(device_free.saturating_add(cached)), st.stats.cap)
+    }
+
+    /// Holds the pool's lock until dropped: taken before `fork()` so the child never inherits
+    /// it locked by a thread that does not exist there.
+    pub fn hold(&self) -> PoolHold<'_> {
+        PoolHold(self.lock())
+    }
+
+    pub fn stats(&self) -> Stats {
+        let st = self.lock();
+        let mut s = st.stats;
+        // Free blocks of virtual segments are address space: what the cap allows bounds them.
+        s.largest_free = st.largest_free().min(s.cap.saturating_sub(st.live_total()));
+        s
+    }
+
+    /// Forgets every block and segment without touching the device: after a device reset the
+    /// memory is gone already.
+    pub fn forget_all(&self) {
+        let mut st = self.lock();
+        st.forget_all();
+        self.mirror(&st);
+    }
+}

@@ -1,0 +1,232 @@
+//! The pool's record of its memory, behind its lock: segments, the blocks that tile them, the
+//! free index, live blocks, the quarantine, virtual memory's mappings and the stats. The
+//! invariants on the fields are what [`State::check`](super::check) recounts.
+
+use std::collections::VecDeque;
+
+use super::block::{Block, BlockState};
+use super::index::FreeIndex;
+use super::pages::{Mappings, Pages};
+use super::{MEDIUM_SEGMENT, SMALL_REQUEST};
+use crate::hash::AddrMap;
+use crate::stats::Stats;
+
+/// A block of `max_split` or more serves a request only if it wastes at most this much.
+const OVERSIZE_SLACK: u64 = 20 << 20;
+
+/// Which of the two pools a segment belongs to, and so which free index holds its free blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// 2 MiB segments for requests of at most [`SMALL_REQUEST`], so small blocks never pin a
+    /// large segment.
+    Small,
+    /// Everything else: plain segments for larger requests and every virtual segment.
+    Large,
+}
+
+impl Kind {
+    pub(super) const ALL: [Kind; 2] = [Kind::Small, Kind::Large];
+
+    /// Its slot in [`State::index`].
+    pub(super) fn slot(self) -> usize {
+        match self {
+            Kind::Small => 0,
+            Kind::Large => 1,
+        }
+    }
+}
+
+/// How close a free block must fit a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fit {
+    /// Any block that holds it.
+    Any,
+    /// Only one that wastes at most an eighth of a large request (while a synchronize could
+    /// make a better one reusable).
+    Close,
+}
+
+/// Whether a free block must already have device memory behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Backing {
+    Any,
+    /// Only one whose first bytes are mapped (always true outside virtual segments).
+    Mapped,
+}
+
+/// A range of device addresses the pool holds: memory from the device's plain allocator, or an
+/// address range reserved from it (virtual).
+pub(super) struct Segment {
+    pub addr: u64,
+    /// A multiple of [`super::SEGMENT`]. Its blocks tile `[addr, addr + size)` exactly.
+    pub size: u64,
+    pub kind: Kind,
+    /// Order of creation: trims release the oldest first.
+    pub birth: u64,
+    /// The block at `addr`; the others follow through [`Block::next`].
+    pub first: u32,
+    /// A virtual segment's pages; `None` for memory from the plain allocator.
+    pub pages: Option<Pages>,
+}
+
+/// Everything the pool knows, guarded by its mutex. Between calls (whenever the lock is free):
+pub(super) struct State {
+    /// The block arena, indexed by `u32`. A block not `Vacant` lies in exactly one segment's
+    /// chain; blocks of one segment tile it in address order, no two free ones adjacent (freed
+    /// blocks merge with free neighbours); segments never overlap, so neither do blocks.
+    pub blocks: Vec<Block>,
+    /// Exactly the `Vacant` blocks, each once: slots for reuse.
+    pub vacant_blocks: Vec<u32>,
+    /// Segments by number; `None` where one was given back.
+    pub segments: Vec<Option<Segment>>,
+    /// Exactly the `None` slots of `segments`, each once.
+    pub vacant_segments: Vec<u32>,
+    /// Free blocks by size, one index per [`Kind`] (by [`Kind::slot`]): exactly the `Free`
+    /// blocks of the segments of that kind.
+    pub index: [FreeIndex; 2],
+    /// Exactly the `Live` blocks, by address.
+    pub live: AddrMap<u32>,
+    /// Exactly the `Quarantined` blocks, in order of their free, each with its sequence number
+    /// (increasing, below `next_free_seq`).
+    pub quarantine: VecDeque<(u64, u32)>,
+    pub next_free_seq: u64,
+    /// One past the sequence number of the last block freed straight to the free lists (in
+    /// order), and the mark of the last synchronize completed: memory freed in order may go
+    /// back to the device only once the second has passed the first.
+    pub freed_in_order: u64,
+    pub synced_mark: u64,
+    pub births: u64,
+    /// Runs of device memory behind virtual segments; every page of a live or quarantined
+    /// block in a virtual segment is mapped.
+    pub mappings: Mappings,
+    /// Whether new segments are virtual: decided at first use, off for good if the device
+    /// refuses.
+    pub virtual_memory: bool,
+    pub warmed: bool,
+    /// `live` is the sum of live blocks' requested bytes, `quarantined` the sum of quarantined
+    /// blocks' sizes, `reserved` the plain segments' sizes plus the mappings' (address space
+    /// alone is not counted).
+    pub stats: Stats,
+}
+
+impl State {
+    pub(super) fn new(cap: u64) -> State {
+        State {
+            blocks: Vec::new(),
+            vacant_blocks: Vec::new(),
+            segments: Vec::new(),
+            vacant_segments: Vec::new(),
+            index: [FreeIndex::new(), FreeIndex::new()],
+            live: AddrMap::default(),
+            quarantine: VecDeque::new(),
+            next_free_seq: 0,
+            freed_in_order: 0,
+            synced_mark: 0,
+            births: 0,
+            mappings: Mappings::default(),
+            virtual_memory: false,
+            warmed: false,
+            stats: Stats {
+                cap,
+                ..Stats::default()
+            },
+        }
+    }
+
+    /// Forgets every block and segment, keeping the cap, the peaks, the counts and the choice
+    /// of segments (the memory is gone with a device reset).
+    pub(super) fn forget_all(&mut self) {
+        let mut fresh = State::new(self.stats.cap);
+        fresh.stats = Stats {
+            live: 0,
+            reserved: 0,
+            quarantined: 0,
+            external: 0,
+            ..self.stats
+        };
+        fresh.next_free_seq = self.next_free_seq;
+        fresh.synced_mark = self.synced_mark;
+        fresh.births = self.births;
+        fresh.virtual_memory = self.virtual_memory;
+        fresh.warmed = true;
+        *self = fresh;
+    }
+
+    /// Whether a synchronize would make something safe: blocks in quarantine, or blocks freed
+    /// in order since the last one.
+    pub(super) fn unsettled(&self) -> bool {
+        !self.quarantine.is_empty() || self.freed_in_order > self.synced_mark
+    }
+
+    /// Live bytes counted against the cap: the pool's blocks in use and external charges.
+    pub(super) fn live_total(&self) -> u64 {
+        self.stats.live + self.stats.external
+    }
+
+    /// The largest free block's size.
+    pub(super) fn largest_free(&self) -> u64 {
+        self.index
+            .iter()
+            .map(|index| index.largest(&self.blocks))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The free block of the smallest wholly free plain segment of at most [`MEDIUM_SEGMENT`]
+    /// (a larger one would be pinned by a small block).
+    pub(super) fn smallest_idle_segment(&self) -> Option<u32> {
+        self.segments
+            .iter()
+            .flatten()
+            .filter(|s| {
+                let b = &self.blocks[s.first as usize];
+                s.pages.is_none()
+                    && s.size <= MEDIUM_SEGMENT
+                    && b.state == BlockState::Free
+                    && b.size == s.size
+            })
+            .min_by_key(|s| s.size)
+            .map(|s| s.first)
+    }
+
+    /// The kind of block `i`'s segment.
+    pub(super) fn kind(&self, i: u32) -> Kind {
+        let seg = self.blocks[i as usize].seg as usize;
+        match &self.segments[seg] {
+            Some(s) => s.kind,
+            None => Kind::Large,
+        }
+    }
+
+    /// Which pool serves `rounded` bytes. Virtual segments serve every size.
+    pub(super) fn kind_for(&self, rounded: u64) -> Kind {
+        if rounded <= SMALL_REQUEST && !self.virtual_memory {
+            Kind::Small
+        } else {
+            Kind::Large
+        }
+    }
+
+    /// A free block of pool `kind` for `rounded` bytes, as close a `fit` as asked and with the
+    /// `backing` asked. Blocks of `oversize` or more are not split (except in virtual segments,
+    /// whose free blocks are address space).
+    pub(super) fn find(
+        &self,
+        kind: Kind,
+        rounded: u64,
+        oversize: u64,
+        fit: Fit,
+        backing: Backing,
+    ) -> Option<u32> {
+        let slack = match fit {
+            Fit::Close if rounded > SMALL_REQUEST => rounded / 8,
+            _ => u64::MAX,
+        };
+        self.index[kind.slot()].find(&self.blocks, rounded, |b: &Block| {
+            let splits = b.size < oversize || self.pages(b.seg).is_some();
+            (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
+                && b.size - rounded <= slack
+                && (backing == Backing::Any || self.backs(b, rounded))
+        })
+    }
+}

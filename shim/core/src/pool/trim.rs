@@ -1,0 +1,164 @@
+//! Giving device memory back: wholly free plain segments, mappings no block touches, and the
+//! address space of virtual segments with nothing mapped; on request, past the trim threshold,
+//! and before growth would set a new peak.
+
+use super::block::BlockState;
+use super::state::State;
+use super::Pool;
+use crate::source::DeviceSource;
+
+/// Device memory a trim can give back.
+#[derive(Clone, Copy)]
+enum Idle {
+    Segment(u32),
+    Mapping(u32),
+}
+
+impl<S: DeviceSource> Pool<S> {
+    /// Returns whole free segments to the device, oldest first, until at most
+    /// `min_bytes_to_hold` stay reserved. Returns the bytes released.
+    pub fn trim_to(&self, min_bytes_to_hold: u64) -> u64 {
+        let st = self.lock();
+        let mut st = self.synchronize_and_release(st);
+        let released = self.trim_locked(&mut st, min_bytes_to_hold, None);
+        if min_bytes_to_hold == 0 {
+            self.release_address_space(&mut st);
+        }
+        self.mirror(&st);
+        released
+    }
+
+    /// After blocks were released (`emptied`: some segment or mapping may now be idle): gives
+    /// memory back while reserved is past the trim threshold.
+    pub(super) fn trim_past_threshold(&self, st: &mut State, emptied: bool) {
+        let threshold = (self.options.trim_threshold * st.stats.cap as f64) as u64;
+        if emptied && st.stats.reserved + st.stats.external > threshold {
+            let keep = threshold.saturating_sub(st.stats.external);
+            self.trim_locked(st, keep, None);
+        }
+    }
+
+    /// Before taking `grow` more bytes from the device (of which `need` are indispensable),
+    /// gives back cached memory, except under `keep_range`, where keeping it would set a new
+    /// peak or pass the trim threshold or the cap.
+    pub(super) fn trim_before_growth(
+        &self,
+        st: &mut State,
+        need: u64,
+        grow: u64,
+        keep_range: Option<(u64, u64)>,
+    ) {
+        let limit = self.growth_limit(st, need);
+        if st.stats.reserved + st.stats.external + grow > limit {
+            let keep = limit.saturating_sub(st.stats.external + grow);
+            self.trim_locked(st, keep, keep_range);
+        }
+    }
+
+    /// Gives device memory back, oldest first, until at most `keep` bytes stay reserved: wholly
+    /// free segments and mappings that no block touches, except mappings under `keep_range`.
+    /// Returns the bytes released. Removes no block of a virtual segment.
+    pub(super) fn trim_locked(
+        &self,
+        st: &mut State,
+        keep: u64,
+        keep_range: Option<(u64, u64)>,
+    ) -> u64 {
+        let mut released = 0;
+        if st.stats.reserved <= keep {
+            return released;
+        }
+        for what in idle_memory(st, keep_range) {
+            if st.stats.reserved <= keep {
+                break;
+            }
+            // If the device refuses memory back, it is no longer ours to hand out either.
+            let size = match what {
+                Idle::Segment(seg) => {
+                    // The runtime's free waits for the device itself.
+                    let (addr, size) = st.remove_segment(seg);
+                    let _ = self.source.free(addr, size);
+                    size
+                }
+                Idle::Mapping(_) if !self.settle_for_unmap(st) => continue,
+                Idle::Mapping(m) => {
+                    let m = st.remove_mapping(m);
+                    let _ = self.source.unmap(m.addr, m.size, m.token);
+                    m.size
+                }
+            };
+            st.stats.source_frees += 1;
+            st.stats.trims += 1;
+            released += size;
+        }
+        released
+    }
+
+    /// Before unmapping memory freed in order: the device may still be working on it (unmap,
+    /// unlike the runtime's free, does not wait), so synchronize first, with the lock held as
+    /// it is rare. False if that cannot be done now.
+    fn settle_for_unmap(&self, st: &mut State) -> bool {
+        if st.freed_in_order <= st.synced_mark {
+            return true;
+        }
+        if !self.source.may_synchronize() {
+            return false;
+        }
+        let mark = st.next_free_seq;
+        st.stats.syncs += 1;
+        if self.source.synchronize().is_err() {
+            return false;
+        }
+        st.synced_mark = mark;
+        true
+    }
+
+    /// Gives back the address space of virtual segments with nothing mapped in them.
+    pub(super) fn release_address_space(&self, st: &mut State) {
+        let empty: Vec<u32> = st
+            .segments
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.as_ref()
+                    .and_then(|s| s.pages.as_ref())
+                    .map_or(false, |p| p.is_unmapped())
+            })
+            .map(|(i, _)| i as u32)
+            .collect();
+        for seg in empty {
+            let (addr, size) = st.remove_segment(seg);
+            let _ = self.source.unreserve(addr, size);
+        }
+    }
+}
+
+/// What a trim may give back, in order: mappings first, from the top of the address space
+/// down, so what stays mapped is packed low where the large free block that big requests take
+/// from begins; then plain segments, oldest first. Mappings under `keep_range` stay.
+fn idle_memory(st: &State, keep_range: Option<(u64, u64)>) -> Vec<Idle> {
+    let mut idle: Vec<(u64, Idle)> = st
+        .segments
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+        .filter(|(_, s)| {
+            let b = &st.blocks[s.first as usize];
+            s.pages.is_none() && b.state == BlockState::Free && b.size == s.size
+        })
+        .map(|(i, s)| (s.birth, Idle::Segment(i as u32)))
+        .collect();
+    let overlaps = |m: u32| {
+        let m = st.mappings.get(m);
+        keep_range.map_or(false, |(a, n)| m.addr < a + n && a < m.addr + m.size)
+    };
+    idle.extend(
+        st.mappings
+            .idle()
+            .into_iter()
+            .filter(|&m| !overlaps(m))
+            .map(|m| (u64::MAX - st.mappings.get(m).addr, Idle::Mapping(m))),
+    );
+    idle.sort_unstable_by_key(|&(key, what)| (matches!(what, Idle::Segment(_)), key));
+    idle.into_iter().map(|(_, what)| what).collect()
+}
