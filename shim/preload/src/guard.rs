@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::os::raw::c_char;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use once_cell::sync::OnceCell;
@@ -227,6 +227,10 @@ pub struct Active {
     pub api: Api,
     pub config: &'static Config,
     pools: Vec<OnceCell<Pool<Source>>>,
+    /// The device of the only pool, or -1 while there is none or several: a free then goes
+    /// straight to that pool without asking the runtime for the current device. Written after
+    /// a pool is made; a stale value only costs the full search that follows a miss.
+    only_pool: AtomicI32,
     /// Pass-through allocations counted against the cap: (what, pointer or handle) ->
     /// (device, bytes).
     external: Mutex<std::collections::HashMap<(Handed, usize), (i32, u64)>>,
@@ -289,6 +293,7 @@ impl Guard {
                     api,
                     config,
                     pools: (0..MAX_DEVICES).map(|_| OnceCell::new()).collect(),
+                    only_pool: AtomicI32::new(-1),
                     external: Mutex::new(Default::default()),
                     capturing: Mutex::new(Vec::new()),
                     captures: AtomicUsize::new(0),
@@ -598,7 +603,13 @@ impl Active {
         if !self.in_order.load(Ordering::Acquire) {
             self.start_reclaimer();
         }
-        if self.existing_pools().nth(1).is_some() {
+        let mut devices = self.existing_pools().map(|(d, _)| d);
+        let only = match (devices.next(), devices.next()) {
+            (Some(d), None) => d,
+            _ => -1,
+        };
+        self.only_pool.store(only, Ordering::Release);
+        if only < 0 {
             self.leave_in_order(format_args!("uses a second device"));
         }
         Some(pool)
@@ -730,6 +741,13 @@ impl Active {
     /// none does.
     pub fn free(&self, ptr: *mut c_void) -> bool {
         let addr = ptr as u64;
+        let only = self.only_pool.load(Ordering::Acquire);
+        if let Some(pool) = self.pools.get(only as usize).and_then(|c| c.get()) {
+            if let Some(size) = pool.free(addr) {
+                crate::trace::free(only, addr, size);
+                return true;
+            }
+        }
         let current = self.current_device().unwrap_or(0);
         let first = self
             .pools
