@@ -64,9 +64,13 @@ pub const WARMUP_SEGMENT: u64 = 256 << 20;
 /// No block, segment or mapping: the end of a list.
 const NIL: u32 = u32::MAX;
 
+/// `n` rounded up to a multiple of `to`, a power of two (granules, segments, pages): a mask,
+/// not a division, since every pooled allocation rounds its size. Saturates at the largest
+/// multiple.
+#[inline]
 fn round_up(n: u64, to: u64) -> u64 {
-    n.checked_add(to - 1)
-        .map_or(u64::MAX / to * to, |m| m / to * to)
+    debug_assert!(to.is_power_of_two());
+    n.checked_add(to - 1).unwrap_or(u64::MAX) & !(to - 1)
 }
 
 /// The pool's knobs, resolved for one device.
