@@ -26,6 +26,8 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
 cargo test --workspace --release
+# The wheel and the from-source install, as a user gets them (fresh venv, pip --no-index).
+scripts/wheel-test.sh
 # The GPU check's driver (scripts/gpu-check.sh) judged against fake runs; its tests that need
 # PyTorch skip without it.
 python3 scripts/gpu/test_driver.py
