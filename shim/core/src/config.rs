@@ -46,6 +46,8 @@ pub struct Config {
     pub uma: UmaMode,
     /// Host memory kept out of the unified-memory ceiling.
     pub host_reserve: Limit,
+    /// Processes of this user naming the same group share one cap per device.
+    pub group: Option<String>,
 }
 
 /// One row of the configuration table.
@@ -275,6 +277,30 @@ pub const KEYS: &[Key] = &[
         help: "Host memory kept for the system in unified-memory mode: bytes or a share of RAM.",
         set: |c, v| Limit::parse(v).map(|l| c.host_reserve = l),
     },
+    Key {
+        name: "group",
+        default: "none",
+        help: "Share the cap with every process of this user naming the same group (letters, digits, - and _): vram_limit is then the group's total per device.",
+        set: |c, v| {
+            let group = optional_text(v);
+            let valid = |g: &String| {
+                g.len() <= 64
+                    && g
+                        .chars()
+                        .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_')
+            };
+            match group {
+                Some(g) if !valid(&g) => Err(format!(
+                    "{:?} is not a group name: use letters, digits, - and _ (up to 64), e.g. desktop",
+                    g
+                )),
+                group => {
+                    c.group = group;
+                    Ok(())
+                }
+            }
+        },
+    },
 ];
 
 fn optional_text(v: &str) -> Option<String> {
@@ -303,6 +329,7 @@ impl Default for Config {
             trace: None,
             uma: UmaMode::Auto,
             host_reserve: Limit::Percent(10.0),
+            group: None,
         };
         for key in KEYS {
             (key.set)(&mut c, key.default).expect("every default in KEYS parses");

@@ -77,6 +77,9 @@ pub struct Source {
     in_order: &'static AtomicBool,
     /// Virtual memory for the pool's virtual segments, if the device offers it.
     vmm: Option<Vmm>,
+    /// The cap, shared with the `ROCMGUARD_GROUP` this process is in (if any): device memory
+    /// is taken from the group before the runtime is asked for it.
+    group_cap: u64,
 }
 
 impl Source {
@@ -147,21 +150,28 @@ fn source_error(code: i32) -> SourceError {
 
 impl DeviceSource for Source {
     fn alloc(&self, size: u64) -> Result<u64, SourceError> {
+        if !crate::group::reserve(self.device, size, self.group_cap) {
+            return Err(source_error(OUT_OF_MEMORY));
+        }
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: real runtime calls with valid out-pointers.
         let before = unsafe { (self.api.peek_last_error)() };
         let code = unsafe { (self.api.malloc)(&mut p, size as usize) };
         if code != SUCCESS {
+            crate::group::release(self.device, size);
             keep_pending(before);
             return Err(source_error(code));
         }
         Ok(p as u64)
     }
 
-    fn free(&self, addr: u64, _size: u64) -> Result<(), SourceError> {
+    fn free(&self, addr: u64, size: u64) -> Result<(), SourceError> {
         // SAFETY: addr came from the runtime's malloc.
         match unsafe { (self.api.free)(addr as *mut c_void) } {
-            SUCCESS => Ok(()),
+            SUCCESS => {
+                crate::group::release(self.device, size);
+                Ok(())
+            }
             code => Err(source_error(code)),
         }
     }
@@ -210,11 +220,22 @@ impl DeviceSource for Source {
     }
 
     fn map(&self, addr: u64, size: u64, chunk: u64) -> Result<Vec<u64>, SourceError> {
-        self.virtual_call("map", |v| v.map(addr, size, chunk))
+        if !crate::group::reserve(self.device, size, self.group_cap) {
+            return Err(source_error(OUT_OF_MEMORY));
+        }
+        let mapped = self.virtual_call("map", |v| v.map(addr, size, chunk));
+        if mapped.is_err() {
+            crate::group::release(self.device, size);
+        }
+        mapped
     }
 
     fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
-        self.virtual_call("unmap", |v| v.unmap(addr, size, token))
+        let unmapped = self.virtual_call("unmap", |v| v.unmap(addr, size, token));
+        if unmapped.is_ok() {
+            crate::group::release(self.device, size);
+        }
+        unmapped
     }
 }
 
@@ -578,6 +599,7 @@ impl Active {
             captures: &self.captures,
             in_order: &self.in_order,
             vmm: None,
+            group_cap: u64::MAX,
         };
         // The first runtime call also loads what the virtual memory functions live in.
         let (_, total) = source.mem_info().ok()?;
@@ -586,6 +608,7 @@ impl Active {
             source.vmm = vmm.filter(|v| source.on_device(|| self.probed(device, v)));
         }
         let options = PoolOptions::from_config(self.config, total);
+        source.group_cap = options.cap;
         let pool = cell.get_or_init(|| {
             log::info(format_args!(
                 "dev{}: pool over {} of device memory, cap {}, {}",
@@ -855,7 +878,14 @@ impl Active {
             Some(pool) => {
                 let integrated = matches!(device, Some(d) if self.is_integrated(d));
                 let free = crate::uma::device_free(device_free, device_total, integrated);
-                pool.view(free)
+                let (free, total) = pool.view(free);
+                // In a group, what the other members hold is not ours to take.
+                let others = device.map_or(0, crate::group::others_use);
+                let ours = pool.usage().0;
+                (
+                    free.min(total.saturating_sub(others.saturating_add(ours))),
+                    total,
+                )
             }
             None => (device_free, device_total),
         }

@@ -17,6 +17,7 @@ mod cuda_driver;
 mod dl;
 /// Our hook for a hooked name, for `GetProcAddress` answers (see `dl::hook_for`).
 use dl::hook_for as lookup_hook;
+mod group;
 mod guard;
 mod hip;
 mod hooks;

@@ -23,6 +23,7 @@ mod blas;
 #[allow(dead_code)]
 #[path = "../../../shim/preload/src/guard.rs"]
 mod guard;
+mod group;
 mod hip;
 mod hooks;
 mod loader;

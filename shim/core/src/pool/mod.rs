@@ -70,7 +70,7 @@ const NIL: u32 = u32::MAX;
 #[inline]
 fn round_up(n: u64, to: u64) -> u64 {
     debug_assert!(to.is_power_of_two());
-    n.checked_add(to - 1).unwrap_or(u64::MAX) & !(to - 1)
+    n.saturating_add(to - 1) & !(to - 1)
 }
 
 /// The pool's knobs, resolved for one device.

@@ -1,0 +1,304 @@
+//! `ROCMGUARD_GROUP`: processes of one user that name the same group share one cap per device.
+//!
+//! The group is a directory private to the user (`$XDG_RUNTIME_DIR/rocmguard/group-NAME`, else
+//! `/tmp/rocmguard-UID/group-NAME`; 0700, owned by the user, never through a link) holding one
+//! file per process, named by its pid, with the device memory it holds:
+//! `rocmguard-group 1\n<device> <bytes>\n...`. Each process holds an exclusive `flock` on its
+//! own file for its whole life. The kernel drops that lock when the process dies, however it
+//! dies (SIGKILL included), so a file whose lock another process can take belongs to a dead
+//! process: its share is not counted, and the file is removed. Reserving takes the directory's
+//! `lock` file for the few microseconds of summing the others and rewriting our own file. No
+//! lock lives in shared memory, so a process killed while holding one cannot deadlock the
+//! others (HAMi-core's failure), no counter is shared, so none can underflow, and nothing is
+//! trusted from a file that is not a regular 0600 file of this user in the expected format.
+//!
+//! The group is consulted only when the pool asks the device for memory (a new segment or a
+//! mapped piece), never on a pooled allocation.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use once_cell::sync::OnceCell;
+
+use crate::log;
+
+const MAGIC: &str = "rocmguard-group 1";
+const MAX_DEVICES: usize = 64;
+
+/// This process's membership: its locked file and what it holds per device.
+struct Member {
+    /// The process that joined: a child forked without exec is not a member (it would write
+    /// its parent's file); after an exec it joins on its own.
+    pid: i32,
+    dir: PathBuf,
+    lock: File,
+    mine: File,
+    held: Mutex<Vec<u64>>,
+}
+
+static MEMBER: OnceCell<Option<Member>> = OnceCell::new();
+
+/// The group this process belongs to, joined at first use; `None` without `ROCMGUARD_GROUP` or
+/// when the group's directory cannot be trusted (said once: the process then has its own cap).
+fn member() -> Option<&'static Member> {
+    MEMBER
+        .get_or_init(|| {
+            let name = crate::config()?.group.clone()?;
+            match join(&name) {
+                Ok(m) => {
+                    log::info(format_args!("group {}: sharing the cap through {}", name, m.dir.display()));
+                    Some(m)
+                }
+                Err(e) => {
+                    log::error(format_args!(
+                        "ROCMGUARD_GROUP={}: {}; this process keeps its own cap instead of the group's",
+                        name, e
+                    ));
+                    None
+                }
+            }
+        })
+        .as_ref()
+        // SAFETY: getpid has no preconditions.
+        .filter(|m| m.pid == unsafe { libc::getpid() })
+}
+
+fn join(name: &str) -> Result<Member, String> {
+    // SAFETY: getuid and getpid have no preconditions.
+    let (uid, pid) = unsafe { (libc::getuid(), libc::getpid()) };
+    let base = match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => Path::new(&d).join("rocmguard"),
+        _ => PathBuf::from(format!("/tmp/rocmguard-{}", uid)),
+    };
+    let dir = base.join(format!("group-{}", name));
+    for d in [&base, &dir] {
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(d);
+        private_dir(d, uid)?;
+    }
+    let open = |path: &Path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| format!("cannot open {}: {}", path.display(), e))
+    };
+    let lock = open(&dir.join("lock"))?;
+    private_file(&lock, uid).map_err(|e| format!("{}: {}", dir.join("lock").display(), e))?;
+    let mine_path = dir.join(pid.to_string());
+    let mine = open(&mine_path)?;
+    private_file(&mine, uid).map_err(|e| format!("{}: {}", mine_path.display(), e))?;
+    if !flock(&mine, libc::LOCK_EX | libc::LOCK_NB) {
+        return Err(format!(
+            "{} is locked by another process",
+            mine_path.display()
+        ));
+    }
+    let member = Member {
+        pid,
+        dir,
+        lock,
+        mine,
+        held: Mutex::new(vec![0; MAX_DEVICES]),
+    };
+    member.locked(|_| ());
+    Ok(member)
+}
+
+/// A directory of ours alone: not a link, owned by `uid`, no access for anyone else.
+fn private_dir(d: &Path, uid: u32) -> Result<(), String> {
+    let m = std::fs::symlink_metadata(d).map_err(|e| format!("{}: {}", d.display(), e))?;
+    if !m.is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} is not a private directory of this user (a link, another owner, or mode {:o}); remove it",
+            d.display(),
+            m.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// A regular file of `uid` that no one else may read or write.
+fn private_file(f: &File, uid: u32) -> Result<(), String> {
+    let m = f.metadata().map_err(|e| e.to_string())?;
+    if !m.is_file() || m.uid() != uid || m.mode() & 0o077 != 0 {
+        return Err(format!(
+            "not a private file of this user (owner {}, mode {:o})",
+            m.uid(),
+            m.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+fn flock(f: &File, op: i32) -> bool {
+    // SAFETY: a valid open descriptor.
+    unsafe { libc::flock(f.as_raw_fd(), op) == 0 }
+}
+
+/// Parses a member's file: bytes per device, or `None` when it is not in our format.
+pub fn parse(text: &str) -> Option<Vec<(usize, u64)>> {
+    let mut lines = text.lines();
+    if lines.next()? != MAGIC {
+        return None;
+    }
+    lines
+        .map(|l| {
+            let (d, b) = l.split_once(' ')?;
+            let d: usize = d.parse().ok()?;
+            (d < MAX_DEVICES).then_some(())?;
+            Some((d, b.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Why a file was refused, said once per process.
+static REFUSED_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl Member {
+    fn write_mine(&self, held: &[u64]) {
+        let mut text = String::from(MAGIC);
+        for (d, b) in held.iter().enumerate().filter(|(_, b)| **b > 0) {
+            text.push_str(&format!("\n{} {}", d, b));
+        }
+        text.push('\n');
+        // Written under the group's lock only, so no reader sees it half written.
+        let mut f = &self.mine;
+        let _ = f.set_len(0);
+        // SAFETY: a valid descriptor; back to the start after the truncate above.
+        let _ = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_SET) };
+        let _ = f.write_all(text.as_bytes());
+    }
+
+    /// What the other live members hold on `device`. Files of dead members are removed; files
+    /// that are not ours to trust are refused (said once) and not counted.
+    fn others(&self, device: usize) -> u64 {
+        // SAFETY: getuid and getpid have no preconditions.
+        let (uid, pid) = unsafe { (libc::getuid(), libc::getpid()) };
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut total = 0u64;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(other) = std::str::from_utf8(name.as_bytes())
+                .ok()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if other == pid {
+                continue;
+            }
+            let path = entry.path();
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+                .open(&path);
+            let Ok(mut file) = file else { continue };
+            if let Err(e) = private_file(&file, uid) {
+                self.refuse(&path, &e);
+                continue;
+            }
+            if flock(&file, libc::LOCK_SH | libc::LOCK_NB) {
+                // Nobody holds it: its process is gone, and so is its share.
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            let mut text = String::new();
+            if file.read_to_string(&mut text).is_err() {
+                continue;
+            }
+            match parse(&text) {
+                Some(held) => {
+                    total = held
+                        .iter()
+                        .filter(|(d, _)| *d == device)
+                        .fold(total, |t, (_, b)| t.saturating_add(*b))
+                }
+                None => self.refuse(&path, "not in rocmguard's group format"),
+            }
+        }
+        total
+    }
+
+    fn refuse(&self, path: &Path, why: &str) {
+        if !REFUSED_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            log::error(format_args!(
+                "group file {} refused ({}): its share is not counted; remove it",
+                path.display(),
+                why
+            ));
+        }
+    }
+
+    /// Runs `f` on what we hold with the group's lock taken, then rewrites our file.
+    fn locked<T>(&self, f: impl FnOnce(&mut Vec<u64>) -> T) -> T {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let locked = flock(&self.lock, libc::LOCK_EX);
+        let result = f(&mut held);
+        self.write_mine(&held);
+        if locked {
+            flock(&self.lock, libc::LOCK_UN);
+        }
+        result
+    }
+}
+
+/// Takes `bytes` of the group's `cap` on `device` for this process; `false` when the group's
+/// members together would pass it. Always `true` outside a group.
+pub fn reserve(device: i32, bytes: u64, cap: u64) -> bool {
+    let Some(m) = member() else { return true };
+    let d = (device as usize).min(MAX_DEVICES - 1);
+    m.locked(|held| {
+        let others = m.others(d);
+        let fits = others.saturating_add(held[d]).saturating_add(bytes) <= cap;
+        if fits {
+            held[d] += bytes;
+        }
+        fits
+    })
+}
+
+/// Gives back `bytes` this process held on `device`.
+pub fn release(device: i32, bytes: u64) {
+    if let Some(m) = member() {
+        let d = (device as usize).min(MAX_DEVICES - 1);
+        m.locked(|held| held[d] = held[d].saturating_sub(bytes));
+    }
+}
+
+/// What the group's other live members hold on `device` (0 outside a group).
+pub fn others_use(device: i32) -> u64 {
+    match member() {
+        Some(m) => m.locked(|_| m.others((device as usize).min(MAX_DEVICES - 1))),
+        None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn parses_only_its_own_format() {
+        assert_eq!(
+            parse("rocmguard-group 1\n0 1024\n3 5\n"),
+            Some(vec![(0, 1024), (3, 5)])
+        );
+        assert_eq!(parse("rocmguard-group 1\n"), Some(vec![]));
+        assert_eq!(parse("rocmguard-group 2\n0 1\n"), None);
+        assert_eq!(parse("rocmguard-group 1\n0 -1\n"), None);
+        assert_eq!(parse("rocmguard-group 1\n99 1\n"), None);
+        assert_eq!(parse("rocmguard-group 1\n0 1"), Some(vec![(0, 1)]));
+        assert_eq!(parse("garbage"), None);
+        assert_eq!(parse(""), None);
+    }
+}
