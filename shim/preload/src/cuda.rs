@@ -80,6 +80,9 @@ fn resolve_api() -> Option<Api> {
     })
 }
 
+/// `cudaErrorInvalidValue`: what the runtime answers for memory it cannot export.
+const INVALID_VALUE: i32 = 1;
+
 fn integrated(device: i32) -> bool {
     let mut v = 0;
     match GET_ATTRIBUTE.get() {
@@ -208,6 +211,11 @@ hooks! {
     [""] fn cudaStreamEndCapture_ptsz(stream: Stream, graph: *mut *mut c_void) -> i32 |pass| {
         let _ = graph;
         CUDA.end_capture(stream, pass)
+    }
+
+    [""] fn cudaIpcGetMemHandle(handle: *mut c_void, ptr: *mut c_void) -> i32 |pass| {
+        let _ = handle;
+        CUDA.ipc_handle_at_base(ptr, INVALID_VALUE, pass)
     }
 
     [""] fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_void) -> i32 |pass| {

@@ -185,6 +185,16 @@ impl<S: DeviceSource> Pool<S> {
         st.live.get(&addr).map(|&i| st.blocks[i as usize].requested)
     }
 
+    /// Whether `addr` begins a plain segment: memory the runtime allocated with that base, so
+    /// its own handles for it (IPC) name exactly that address.
+    pub fn starts_plain_segment(&self, addr: u64) -> bool {
+        let st = self.lock();
+        st.segments
+            .iter()
+            .flatten()
+            .any(|s| s.addr == addr && s.pages.is_none())
+    }
+
     /// The live block that `addr` points into, its start or any byte the program asked for:
     /// `(start, size asked for)`, how the runtime describes its own allocations to
     /// `hipMemGetAddressRange`. `None` when no live block of this pool holds `addr`.
