@@ -33,7 +33,8 @@ def consumer(queue, results):
 
 def main():
     mp.set_start_method("spawn")
-    queue, results = mp.Queue(), mp.Queue()
+    # SimpleQueue pickles in put(), so a refused export raises here, not in a feeder thread.
+    queue, results = mp.SimpleQueue(), mp.Queue()
     proc = mp.Process(target=consumer, args=(queue, results))
     proc.start()
     refused, keep = 0, []
