@@ -26,6 +26,8 @@ mod guard;
 mod hip;
 mod hooks;
 mod loader;
+#[path = "../../../shim/preload/src/paths.rs"]
+mod paths;
 mod process;
 /// Our hook for a hooked name, for `GetProcAddress` answers (see `loader::hook_for_name`).
 use loader::hook_for_name as lookup_hook;
