@@ -22,6 +22,7 @@ mod guard;
 mod hip;
 mod hooks;
 mod log;
+mod paths;
 mod process;
 mod resolve;
 pub mod trace;

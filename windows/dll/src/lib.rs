@@ -27,6 +27,8 @@ mod group;
 mod hip;
 mod hooks;
 mod loader;
+#[path = "../../../shim/preload/src/paths.rs"]
+mod paths;
 mod process;
 /// Our hook for a hooked name, for `GetProcAddress` answers (see `loader::hook_for_name`).
 use loader::hook_for_name as lookup_hook;
