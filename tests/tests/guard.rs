@@ -424,11 +424,101 @@ fn disable_passes_everything_through() {
 
 #[test]
 fn a_bad_value_warns_once_and_keeps_the_default() {
-    let s = guarded("guard_cap", &[], &[("ROCMGUARD_VRAM_LIMIT", "lots")]);
+    let s = guarded("guard_cap", &[], &[("ROCMGUARD_TRIM_THRESHOLD", "lots")]);
     s.succeeded();
-    assert_eq!(s.num("total"), 16 * GIB as i64);
-    let warnings = s.stderr().matches("ROCMGUARD_VRAM_LIMIT").count();
+    let warnings = s.stderr().lines().filter(|l| l.contains("lots")).count();
     assert_eq!(warnings, 1, "{}", s.stderr());
+    assert!(s.stderr().contains("default 0.8"), "{}", s.stderr());
+}
+
+/// A cap the user asked for but wrote wrongly is never "no cap": the error is said once, even
+/// with the log off, and no device memory is handed out.
+#[test]
+fn an_invalid_cap_is_an_error_and_hands_out_nothing() {
+    for bad in ["banana", "-5GiB", "200%"] {
+        for log in ["warn", "off"] {
+            let s = guarded(
+                "guard_refusals",
+                &["50"],
+                &[("ROCMGUARD_VRAM_LIMIT", bad), ("ROCMGUARD_LOG", log)],
+            );
+            s.succeeded();
+            assert_eq!((s.num("granted"), s.num("refused")), (0, 50), "{}", bad);
+            let said = format!("ROCMGUARD_VRAM_LIMIT={}", bad);
+            let err = s.stderr();
+            let errors = err
+                .lines()
+                .filter(|l| l.contains("is not a cap") && l.to_lowercase().contains("error"))
+                .count();
+            assert_eq!(errors, 1, "the error is said once:\n{}", err);
+            if log == "warn" {
+                assert!(
+                    err.contains("49 more than logged; ROCMGUARD_VRAM_LIMIT"),
+                    "the exit summary repeats it:\n{}",
+                    err
+                );
+            }
+            assert!(
+                err.contains(&said) && err.contains("ROCMGUARD_VRAM_LIMIT=20GiB"),
+                "key, value and a valid example:\n{}",
+                err
+            );
+        }
+    }
+}
+
+/// `0` and `0%` are the same documented thing: a cap of no device memory.
+#[test]
+fn a_cap_of_zero_refuses_everything_either_way() {
+    for zero in ["0", "0%"] {
+        let s = guarded("guard_refusals", &["5"], &[("ROCMGUARD_VRAM_LIMIT", zero)]);
+        s.succeeded();
+        assert_eq!((s.num("granted"), s.num("refused")), (0, 5), "{}", zero);
+        assert!(!s.stderr().contains("is not a cap"), "{}", s.stderr());
+    }
+}
+
+/// A cap above the device is lowered to the device, and that is said once naming both.
+#[test]
+fn a_cap_above_the_device_is_said_once() {
+    let s = guarded(
+        "guard_refusals",
+        &["5"],
+        &[("ROCMGUARD_VRAM_LIMIT", "20GiB")],
+    );
+    s.succeeded();
+    assert_eq!(s.num("granted"), 5);
+    let err = s.stderr();
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("above the device"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", err);
+    assert!(
+        lines[0].contains("20.00 GiB") && lines[0].contains("16.00 GiB"),
+        "{}",
+        err
+    );
+}
+
+/// Refusals are logged once per situation, then counted: the exit summary says how many.
+#[test]
+fn refusals_are_logged_once_then_summed_at_exit() {
+    let s = guarded(
+        "guard_refusals",
+        &["300"],
+        &[("ROCMGUARD_VRAM_LIMIT", "100MiB"), ("ROCMGUARD_STATS", "1")],
+    );
+    s.succeeded();
+    assert_eq!((s.num("granted"), s.num("refused")), (100, 200));
+    let err = s.stderr();
+    assert_eq!(err.matches("refused 1.0 MiB").count(), 1, "{}", err);
+    assert!(
+        err.contains("dev0: 200 allocations refused in all (200 over the cap, 0 larger than the whole cap), 199 more than logged"),
+        "{}",
+        err
+    );
+    assert_eq!(stats_column(&err, "ooms"), 200, "{}", err);
 }
 
 #[test]

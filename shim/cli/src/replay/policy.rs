@@ -121,6 +121,10 @@ fn apply_knob(config: &mut Config, item: &str, spec: &str) -> Result<(), String>
     }
     let mut warnings = Vec::new();
     config.apply(&name, value, &format!("policy `{}`:", spec), &mut warnings);
+    // A bad cap is an error of its own (the shim refuses everything): refuse the policy too.
+    if let Some(e) = config.invalid_cap.take() {
+        return Err(e.split(". Until").next().unwrap_or(&e).to_string());
+    }
     match warnings.first() {
         None => Ok(()),
         // The shim keeps the default on a bad value; a replay asked for this variant, so refuse.
