@@ -670,3 +670,32 @@ fn truncated_gzip_never_panics() {
         assert!(cut == 0 || e.line.is_some(), "{}", e);
     }
 }
+
+/// `--capacity` suggests only what it accepts: each example in its error message is taken.
+#[test]
+fn capacity_errors_suggest_what_capacity_accepts() {
+    let f = fixture("two_allocs.csv");
+    let out = replay(&["--capacity", "banana"], &[&f]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let hint = err
+        .split("(try ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("a suggestion: {}", err));
+    let examples: Vec<&str> = hint
+        .trim_end()
+        .trim_end_matches(')')
+        .split(|c| c == ',' || c == ' ')
+        .filter(|w| !w.is_empty() && w.chars().next().unwrap().is_ascii_digit())
+        .collect();
+    assert!(!examples.is_empty(), "{}", err);
+    for example in examples {
+        let out = replay(&["--json", "--capacity", example], &[&f]);
+        assert!(
+            out.status.success(),
+            "suggested `{}`: {}",
+            example,
+            text(&out)
+        );
+    }
+}

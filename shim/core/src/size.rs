@@ -20,7 +20,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let unit = unit.trim();
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("`{}` is not a size (try 20GiB, 512MiB or 85%)", text))?;
+        .map_err(|_| format!("`{}` is not a size (try 20GiB or 512MiB)", text))?;
     let multiplier = if unit.is_empty() {
         1
     } else {
@@ -65,7 +65,13 @@ impl Limit {
             }
             return Ok(Limit::Percent(v));
         }
-        parse_size(t).map(Limit::Bytes)
+        // A limit may also be a share: say so where a plain size's hint would not.
+        parse_size(t).map(Limit::Bytes).map_err(|e| {
+            e.replace(
+                "(try 20GiB or 512MiB)",
+                "(try 20GiB, 512MiB or a share such as 85%)",
+            )
+        })
     }
 
     /// The limit in bytes for a device of `total` bytes.
