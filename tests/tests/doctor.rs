@@ -513,3 +513,23 @@ fn self_test_on_the_simulator() {
     );
     assert!(detail.contains("fails without rocmguard too"), "{}", detail);
 }
+
+/// Pointed at the simulator, the doctor says so: on the runtime line and in the self-test.
+#[test]
+fn the_simulator_is_named_as_such() {
+    let (_, report) = doctor("rx5600xt", &[]);
+    let (status, detail, _) = check(&report, "hip-runtime");
+    assert_eq!(status, "ok", "{}", detail);
+    assert!(
+        detail.contains("hipsim, rocmguard's simulator"),
+        "{}",
+        detail
+    );
+    let (status, detail, _) = self_test("rx5600xt", &[], &sim_lib_dir());
+    assert_eq!(status, "ok", "{}", detail);
+    assert!(
+        detail.contains("hipsim, rocmguard's simulator: no GPU was tested"),
+        "{}",
+        detail
+    );
+}

@@ -467,6 +467,41 @@ fn an_invalid_cap_is_an_error_and_hands_out_nothing() {
     }
 }
 
+/// The stats table's overhead column is peak reserved / peak live, not the cache left idle at
+/// exit: a program that frees everything before it ends still shows the pool's real overhead.
+#[test]
+fn the_stats_table_shows_reserved_per_live_at_peak() {
+    let s = guarded(
+        "guard_cap",
+        &[],
+        &[("ROCMGUARD_VRAM_LIMIT", "1GiB"), ("ROCMGUARD_STATS", "1")],
+    );
+    s.succeeded();
+    let err = s.stderr();
+    let header = err
+        .lines()
+        .find(|l| l.starts_with("device "))
+        .expect("a table");
+    assert!(!header.contains("frag"), "{}", header);
+    let row: Vec<&str> = err
+        .lines()
+        .find(|l| l.starts_with("dev0 "))
+        .expect("a dev0 row")
+        .split_whitespace()
+        .collect();
+    // dev0, five sizes of two words, then the ratio.
+    let ratio: f64 = row[11].trim_end_matches('x').parse().unwrap();
+    let peak = |i: usize| format!("{} {}", row[i], row[i + 1]);
+    assert_eq!(peak(3), "600.0 MiB", "peak live: {}", err);
+    assert!(
+        (1.0..1.1).contains(&ratio),
+        "{} from {}: {}",
+        ratio,
+        peak(7),
+        err
+    );
+}
+
 /// `0` and `0%` are the same documented thing: a cap of no device memory.
 #[test]
 fn a_cap_of_zero_refuses_everything_either_way() {

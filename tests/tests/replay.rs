@@ -699,3 +699,21 @@ fn capacity_errors_suggest_what_capacity_accepts() {
         );
     }
 }
+
+/// The events/s column has one definition, and `replay --help` gives it.
+#[test]
+fn help_defines_the_events_per_second_column() {
+    let out = output(Command::new(cli()).args(["replay", "--help"]));
+    assert!(out.status.success(), "{}", text(&out));
+    // One line per phrase, however the terminal width wrapped it.
+    let help = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        help.contains("events/s = the trace's allocations and frees over the time of one replay")
+            && help.contains("the search is not counted"),
+        "{}",
+        help
+    );
+}

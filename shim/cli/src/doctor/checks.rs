@@ -110,6 +110,9 @@ fn libraries(ctx: &Context) -> Vec<Check> {
                     detail.push_str(&format!(" (version {})", v));
                 }
                 detail.push_str(&format!(", {}", f.via.describe()));
+                if *id == "hip-runtime" && probe::is_simulator_file(&f.path) {
+                    detail.push_str("; this is hipsim, rocmguard's simulator, not a ROCm runtime");
+                }
                 if f.via == Via::RocmDirOnly {
                     let dir = f.path.parent().map(|d| d.display().to_string()).unwrap_or_default();
                     Check::new(id, title, Status::Warn, detail).fix(format!(
@@ -838,7 +841,12 @@ fn judge(ctx: &Context, report: &Result<Report, String>) -> (Status, String, Opt
         .runtime_version
         .map(|v| format!(" (HIP {})", probe::format_hip_version(v)))
         .unwrap_or_default();
-    let runtime = format!("{}{}", runtime, version);
+    let simulator = if r.simulator {
+        " [hipsim, rocmguard's simulator: no GPU was tested]"
+    } else {
+        ""
+    };
+    let runtime = format!("{}{}{}", runtime, version, simulator);
     let guard = match (r.guard_active, &r.guard_version) {
         (None, _) => {
             return (

@@ -426,8 +426,6 @@ pub struct Search {
     /// an OOM; `None` when not even [`UNLIMITED`] does (a cap below the trace's need).
     pub capacity: Option<u64>,
     pub replays: u64,
-    pub events: u64,
-    pub elapsed: Duration,
 }
 
 /// Finds the smallest capacity with which `policy` completes `trace`, by bisection over replays.
@@ -474,7 +472,5 @@ pub fn min_capacity(trace: &Trace, policy: &Policy, peak_reserved: u64) -> Searc
 fn fails(search: &mut Search, trace: &Trace, policy: &Policy, units: u64) -> bool {
     let o = replay(trace, policy, units * RESOLUTION, true, None);
     search.replays += 1;
-    search.events += o.events;
-    search.elapsed += o.elapsed;
     o.ooms > 0
 }
