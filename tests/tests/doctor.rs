@@ -533,3 +533,16 @@ fn the_simulator_is_named_as_such() {
         detail
     );
 }
+
+/// An invalid cap is a failure the doctor names, not a "valid" setting.
+#[test]
+fn an_invalid_cap_fails_the_settings_check() {
+    let (_, report) = doctor("rx5600xt", &[("ROCMGUARD_VRAM_LIMIT", "banana")]);
+    let (status, detail, _) = check(&report, "rocmguard-env");
+    assert_eq!(status, "fail", "{}", detail);
+    assert!(
+        detail.contains("ROCMGUARD_VRAM_LIMIT=banana is not a cap"),
+        "{}",
+        detail
+    );
+}

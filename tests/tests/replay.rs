@@ -685,7 +685,7 @@ fn capacity_errors_suggest_what_capacity_accepts() {
     let examples: Vec<&str> = hint
         .trim_end()
         .trim_end_matches(')')
-        .split(|c| c == ',' || c == ' ')
+        .split([',', ' '])
         .filter(|w| !w.is_empty() && w.chars().next().unwrap().is_ascii_digit())
         .collect();
     assert!(!examples.is_empty(), "{}", err);

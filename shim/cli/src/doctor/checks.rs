@@ -587,7 +587,12 @@ fn caps(ctx: &Context) -> Check {
 fn rocmguard_env(ctx: &Context) -> Check {
     let id = "rocmguard-env";
     let title = "ROCMGUARD_* settings";
-    let (_, warnings) = Config::from_vars(ctx.env.iter());
+    let (config, warnings) = Config::from_vars(ctx.env.iter());
+    if let Some(e) = config.invalid_cap {
+        return Check::new(id, title, Status::Fail, e).fix(
+            "`rocmguard run` refuses to start with it; fix or unset the cap (see `rocmguard run --help`)",
+        );
+    }
     let set: Vec<&str> = ctx
         .env
         .keys()
