@@ -25,11 +25,24 @@ fi
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
-cargo test --workspace --release
+# The test stages all run, each one's output kept to count its tests; the last line is the
+# verdict, `N passed, N failed` (scripts/verdict.sh says how it counts).
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+stage() {
+    local name=$1
+    shift
+    set +e
+    "$@" 2>&1 | tee "$logs/$name.log"
+    echo "${PIPESTATUS[0]}" >"$logs/$name.rc"
+    set -e
+}
+stage 1-cargo cargo test --workspace --release
 # The wheel and the from-source install, as a user gets them (fresh venv, pip --no-index).
-scripts/wheel-test.sh
+stage 1-wheel scripts/wheel-test.sh
 # The GPU check's driver (scripts/gpu-check.sh) judged against fake runs; its tests that need
 # PyTorch skip without it.
-python3 scripts/gpu/test_driver.py
-scripts/core-msrv.sh
-scripts/windows-test.sh
+stage 2-python python3 scripts/gpu/test_driver.py
+stage 3-msrv scripts/core-msrv.sh
+stage 4-windows scripts/windows-test.sh
+scripts/verdict.sh "$logs"

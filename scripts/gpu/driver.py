@@ -78,7 +78,7 @@ def parse_size(number, unit):
 
 
 def parse_row(line):
-    """One row of rocmguard_core::Stats::table: `dev0  55.0 MiB ... 11.3%  10 6 4 0 0 0 0`."""
+    """One row of rocmguard_core::Stats::table: `dev0  55.0 MiB ... 1.127x  10 6 4 0 0 0 0`."""
     words = line.split()
     if len(words) != 1 + 2 * len(TABLE_SIZES) + 1 + len(TABLE_COUNTS) or not words[0].startswith("dev"):
         return None
@@ -86,7 +86,7 @@ def parse_row(line):
         row = {"device": int(words[0][3:])}
         for k, name in enumerate(TABLE_SIZES):
             row[name] = parse_size(words[1 + 2 * k], words[2 + 2 * k])
-        row["frag_percent"] = float(words[11].rstrip("%"))
+        row["peak_reserved_per_live"] = float(words[11].rstrip("x"))
         for k, name in enumerate(TABLE_COUNTS):
             row[name] = int(words[12 + k])
     except (ValueError, KeyError):
@@ -246,6 +246,8 @@ class Context:
         self.rows = []
         self.meta = {}
         self.on_change = lambda: None
+        # Where each run's one-line verdict goes (the tests keep their fake runs' lines).
+        self.progress = lambda line: print(line, flush=True)
 
     # The programs' sizes in each mode.
     @property
@@ -323,10 +325,9 @@ class Context:
         self.runs[run.label] = run
         status = "ok" if run.ok else "FAILED"
         elapsed = time.monotonic() - self.started
-        print(
+        self.progress(
             f"[{elapsed:5.0f}s] {run.label:<30} {status:<6} {run.wall_s:6.1f}s"
-            + ("" if run.ok else f"  {run.failure()}"),
-            flush=True,
+            + ("" if run.ok else f"  {run.failure()}")
         )
         self.on_change()
 

@@ -459,3 +459,94 @@ fn the_docs_list_every_profile_setting_and_key() {
         );
     }
 }
+
+/// A cap the user asked for but wrote wrongly stops `run` (and `--dry-run`) before the program
+/// starts, wherever it came from: an option, an inherited variable, or the ROCMGUARD_CONF line.
+#[test]
+fn an_invalid_cap_stops_before_the_program_starts() {
+    let dir = scratch_dir("invalid_cap");
+    let mark = dir.join("ran");
+    let touch = format!("touch {}", mark.display());
+    let inherited = [
+        ("ROCMGUARD_VRAM_LIMIT", "banana"),
+        ("ROCMGUARD_VRAM_LIMIT", "-5GiB"),
+        ("ROCMGUARD_VRAM_LIMIT", "200%"),
+        ("ROCMGUARD_CONF", "vram_limit:banana"),
+    ];
+    for (var, value) in inherited {
+        for dry in [false, true] {
+            let mut cmd = cli_command();
+            cmd.env(var, value).env("ROCMGUARD_LOG", "off").arg("run");
+            if dry {
+                cmd.arg("--dry-run");
+            }
+            let out = output(cmd.args(["--", "sh", "-c", &touch]));
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{}={}: {}",
+                var,
+                value,
+                text(&out)
+            );
+            let err = stderr(&out);
+            assert_eq!(err.lines().count(), 1, "said once: {}", err);
+            assert!(
+                err.contains(value) && err.contains("ROCMGUARD_VRAM_LIMIT=20GiB"),
+                "key, value, an example: {}",
+                err
+            );
+            assert!(stdout(&out).is_empty(), "{}", text(&out));
+            assert!(!mark.exists(), "{}={} started the program", var, value);
+        }
+    }
+    let out = run(&["--cap", "banana", "--", "sh", "-c", &touch]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(!mark.exists());
+    // An option with a good cap replaces a bad inherited one.
+    let out = output(cli_command().env("ROCMGUARD_VRAM_LIMIT", "banana").args([
+        "run",
+        "--cap",
+        "1GiB",
+        "--dry-run",
+        "--",
+        "true",
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// `0` and `0%` are both accepted and mean the same: no device memory.
+#[test]
+fn zero_and_zero_percent_are_both_caps() {
+    for zero in ["0", "0%"] {
+        let out = run(&["--cap", zero, "--dry-run", "--", "true"]);
+        assert!(out.status.success(), "{}: {}", zero, text(&out));
+    }
+}
+
+/// An unknown option before the command is refused, naming the option it resembles; it is never
+/// run as the command.
+#[test]
+fn unknown_options_are_refused_with_a_suggestion() {
+    let out = run(&["--cpa", "4GiB", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("unknown option `--cpa`") && err.contains("did you mean `--cap`?"),
+        "{}",
+        err
+    );
+    assert!(!err.contains("cannot run"), "{}", err);
+    let out = run(&["--frobnicate", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("unknown option `--frobnicate`"),
+        "{}",
+        text(&out)
+    );
+    // The command's own options after it, or after `--`, are still the command's.
+    let out = run(&["--dry-run", "ls", "-la"]);
+    assert!(stdout(&out).contains("exec ls -la"), "{}", text(&out));
+    let out = run(&["--dry-run", "--", "--weird"]);
+    assert!(stdout(&out).contains("exec --weird"), "{}", text(&out));
+}

@@ -513,3 +513,36 @@ fn self_test_on_the_simulator() {
     );
     assert!(detail.contains("fails without rocmguard too"), "{}", detail);
 }
+
+/// Pointed at the simulator, the doctor says so: on the runtime line and in the self-test.
+#[test]
+fn the_simulator_is_named_as_such() {
+    let (_, report) = doctor("rx5600xt", &[]);
+    let (status, detail, _) = check(&report, "hip-runtime");
+    assert_eq!(status, "ok", "{}", detail);
+    assert!(
+        detail.contains("hipsim, rocmguard's simulator"),
+        "{}",
+        detail
+    );
+    let (status, detail, _) = self_test("rx5600xt", &[], &sim_lib_dir());
+    assert_eq!(status, "ok", "{}", detail);
+    assert!(
+        detail.contains("hipsim, rocmguard's simulator: no GPU was tested"),
+        "{}",
+        detail
+    );
+}
+
+/// An invalid cap is a failure the doctor names, not a "valid" setting.
+#[test]
+fn an_invalid_cap_fails_the_settings_check() {
+    let (_, report) = doctor("rx5600xt", &[("ROCMGUARD_VRAM_LIMIT", "banana")]);
+    let (status, detail, _) = check(&report, "rocmguard-env");
+    assert_eq!(status, "fail", "{}", detail);
+    assert!(
+        detail.contains("ROCMGUARD_VRAM_LIMIT=banana is not a cap"),
+        "{}",
+        detail
+    );
+}

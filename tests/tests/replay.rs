@@ -670,3 +670,50 @@ fn truncated_gzip_never_panics() {
         assert!(cut == 0 || e.line.is_some(), "{}", e);
     }
 }
+
+/// `--capacity` suggests only what it accepts: each example in its error message is taken.
+#[test]
+fn capacity_errors_suggest_what_capacity_accepts() {
+    let f = fixture("two_allocs.csv");
+    let out = replay(&["--capacity", "banana"], &[&f]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let hint = err
+        .split("(try ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("a suggestion: {}", err));
+    let examples: Vec<&str> = hint
+        .trim_end()
+        .trim_end_matches(')')
+        .split([',', ' '])
+        .filter(|w| !w.is_empty() && w.chars().next().unwrap().is_ascii_digit())
+        .collect();
+    assert!(!examples.is_empty(), "{}", err);
+    for example in examples {
+        let out = replay(&["--json", "--capacity", example], &[&f]);
+        assert!(
+            out.status.success(),
+            "suggested `{}`: {}",
+            example,
+            text(&out)
+        );
+    }
+}
+
+/// The events/s column has one definition, and `replay --help` gives it.
+#[test]
+fn help_defines_the_events_per_second_column() {
+    let out = output(Command::new(cli()).args(["replay", "--help"]));
+    assert!(out.status.success(), "{}", text(&out));
+    // One line per phrase, however the terminal width wrapped it.
+    let help = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        help.contains("events/s = the trace's allocations and frees over the time of one replay")
+            && help.contains("the search is not counted"),
+        "{}",
+        help
+    );
+}

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use rocmguard_cli::{doctor, replay, run, stats};
 
@@ -35,7 +35,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // `run --cpa 4GiB -- cmd`: clap's own tip would be to pass `--cpa` as the command.
+            if std::env::args().nth(1).as_deref() == Some("run") {
+                if let Some(text) = run::unknown_option(&Cli::command(), &e) {
+                    eprintln!("{}", text);
+                    return ExitCode::from(2);
+                }
+            }
+            e.exit()
+        }
+    };
     let result = match cli.command {
         Command::Run(a) => run::exec(a),
         Command::Replay(a) => replay::exec(a),

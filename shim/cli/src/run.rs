@@ -14,6 +14,7 @@ use std::process::Command;
 
 use anyhow::{bail, Result};
 use rocmguard_core::config::find_key;
+use rocmguard_core::Config;
 
 use profiles::Catalog;
 
@@ -61,8 +62,7 @@ pub struct Args {
     #[arg(
         value_name = "COMMAND",
         required_unless_present = "list_profiles",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
+        trailing_var_arg = true
     )]
     command: Vec<OsString>,
 }
@@ -110,6 +110,7 @@ pub fn exec(args: Args) -> Result<u8> {
         );
     }
 
+    check_cap(&assignments)?;
     let lib = find_library(args.lib.as_deref())?;
     let preload = preload_value(&lib, std::env::var_os("LD_PRELOAD").as_deref());
 
@@ -166,6 +167,81 @@ pub fn exec(args: Args) -> Result<u8> {
             126
         }
     })
+}
+
+/// Stops before the program starts when the cap it would read (inherited `ROCMGUARD_*`
+/// variables with ours on top) is invalid: under the library alone it would get no memory.
+fn check_cap(assignments: &[Assignment]) -> Result<()> {
+    let inherited = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| !assignments.iter().any(|a| a.var == *k));
+    let ours = assignments.iter().map(|a| (a.var.clone(), a.value.clone()));
+    let (config, _) = Config::from_vars(inherited.chain(ours));
+    match config.invalid_cap {
+        Some(e) => bail!(
+            "error: {}; the program was not started",
+            e.split(". Until").next().unwrap_or(&e)
+        ),
+        None => Ok(()),
+    }
+}
+
+/// The message for an unknown option of `rocmguard run` (before the command), naming the
+/// closest real option when one is a typo away; `None` for other errors.
+pub fn unknown_option(cli: &clap::Command, error: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let given = match error.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(s)) => s.split('=').next().unwrap_or(s).to_string(),
+        _ => return None,
+    };
+    let run = cli.find_subcommand("run")?;
+    let names = run.get_arguments().flat_map(|a| {
+        a.get_long_and_visible_aliases()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|l| format!("--{}", l))
+    });
+    let closest = names
+        .map(|n| (edit_distance(&given, &n), n))
+        .filter(|(d, n)| *d <= 2 && *d < n.len() / 2)
+        .min();
+    let hint = match closest {
+        Some((_, name)) => format!(" (did you mean `{}`?)", name),
+        None => " (see `rocmguard run --help`)".to_string(),
+    };
+    Some(format!(
+        "rocmguard run: unknown option `{}`{}; nothing was run. If it is the program's own \
+         option, put the command after `--`: rocmguard run [OPTIONS] -- COMMAND [ARGS]...",
+        given, hint
+    ))
+}
+
+/// Levenshtein distance, with a swap of two neighbours counting as one edit (`--cpa`, `--cap`).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// Writes `text` to stdout. A reader that went away (`rocmguard doctor | head`) is not an error:

@@ -110,7 +110,7 @@ fn list_view(records: &[Record], now: SystemTime, dir: &Path) -> String {
         return format!("no guarded processes (live stats in {})\n", dir.display());
     }
     let mut out = format!(
-        "{} guarded process{} (live stats in {})\n\n{:>7}  {:<6} {:>11} {:>11} {:>11} {:>6} {:>6}  {:>9}  {}\n",
+        "{} guarded process{} (live stats in {})\n\n{:>7}  {:<6} {:>11} {:>11} {:>11} {:>9} {:>6}  {:>9}  {}\n",
         records.len(),
         if records.len() == 1 { "" } else { "es" },
         dir.display(),
@@ -119,7 +119,7 @@ fn list_view(records: &[Record], now: SystemTime, dir: &Path) -> String {
         "LIVE",
         "RESERVED",
         "CAP",
-        "FRAG",
+        "RESV/LIVE",
         "OOMS",
         "UPDATED",
         "COMMAND"
@@ -138,13 +138,13 @@ fn list_view(records: &[Record], now: SystemTime, dir: &Path) -> String {
                 format!("dev{}", device)
             };
             out.push_str(&format!(
-                "{:>7}  {:<6} {:>11} {:>11} {:>11} {:>5.1}% {:>6}  {:>9}  {}\n",
+                "{:>7}  {:<6} {:>11} {:>11} {:>11} {:>8.3}x {:>6}  {:>9}  {}\n",
                 r.pid,
                 name,
                 format_size(s.live),
                 format_size(s.reserved),
                 format_size(s.cap),
-                s.fragmentation() * 100.0,
+                s.reserved_per_live(),
                 s.ooms,
                 updated(r, now),
                 r.command

@@ -1,6 +1,8 @@
 //! The one configuration table. Every knob is a row of [`KEYS`]: its name, default and help, read
 //! from `ROCMGUARD_<NAME>` variables or from one `ROCMGUARD_CONF=name:value,name:value` line (the
-//! way `PYTORCH_HIP_ALLOC_CONF` works). Bad values warn and keep the default; nothing aborts.
+//! way `PYTORCH_HIP_ALLOC_CONF` works). Bad values warn and keep the default, except a bad cap:
+//! a user who asked for a cap must never run without one unknowingly, so an unreadable
+//! `vram_limit` is an error and the cap becomes 0 (no device memory) until it is fixed.
 
 use crate::size::{format_size, parse_size, Limit};
 
@@ -15,8 +17,11 @@ pub enum UmaMode {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
-    /// Most device memory the program may hold; `None` = all of it.
+    /// Most device memory the program may hold; `None` = all of it, `0` or `0%` = none of it.
     pub vram_limit: Option<Limit>,
+    /// Why the cap given could not be read: then `vram_limit` is 0 (fail safe), and this error
+    /// is said once even with the log off (`rocmguard run` stops before the program starts).
+    pub invalid_cap: Option<String>,
     /// Bytes that must stay free on the device after any growth.
     pub headroom: u64,
     /// Cached segments are released once reserved passes `trim_threshold x cap`.
@@ -53,6 +58,8 @@ pub struct Config {
 /// One row of the configuration table.
 pub struct Key {
     pub name: &'static str,
+    /// A valid value, for error messages.
+    pub example: &'static str,
     pub default: &'static str,
     pub help: &'static str,
     set: fn(&mut Config, &str) -> Result<(), String>,
@@ -136,8 +143,9 @@ fn parse_optional_size(v: &str) -> Result<Option<u64>, String> {
 pub const KEYS: &[Key] = &[
     Key {
         name: "vram_limit",
+        example: "20GiB",
         default: "none",
-        help: "Cap on device memory the program may hold: bytes (20GiB, 20G) or a share of the device (85%). none = the whole device.",
+        help: "Cap on device memory the program may hold: bytes (20GiB, 20G) or a share of the device (85%). none = the whole device; 0 or 0% = no device memory (every allocation refused, to test out-of-memory handling). An invalid value is an error and refuses every allocation.",
         set: |c, v| {
             c.vram_limit = match v.trim() {
                 "" | "none" | "unlimited" | "100%" => None,
@@ -148,12 +156,14 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "headroom",
+        example: "512MiB",
         default: "0",
         help: "Bytes that must stay free on the device after the pool grows (room for runtime and library workspaces).",
         set: |c, v| parse_size(v).map(|b| c.headroom = b),
     },
     Key {
         name: "trim_threshold",
+        example: "0.7",
         default: "0.8",
         help: "Release cached segments, oldest first, once reserved memory passes this share of the cap (garbage_collection_threshold).",
         set: |c, v| {
@@ -167,12 +177,14 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "max_split",
+        example: "64MiB",
         default: "none",
         help: "Blocks this large or larger are never split (max_split_size_mb); none = split any block.",
         set: |c, v| parse_optional_size(v).map(|s| c.max_split = s),
     },
     Key {
         name: "retries",
+        example: "3",
         default: "3",
         help: "Attempts after an out-of-memory from the device, each after trimming the cache and synchronizing.",
         set: |c, v| {
@@ -186,18 +198,21 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "warmup",
+        example: "4GiB",
         default: "0",
         help: "Bytes to reserve in 256 MiB segments at first use, before the model loads.",
         set: |c, v| parse_size(v).map(|b| c.warmup = b),
     },
     Key {
         name: "vmm",
+        example: "0",
         default: "1",
         help: "Use the device's virtual memory where it offers it: segments are reserved address ranges backed only under live blocks, so free memory between them goes back to the device (1 or 0; 0 = segments from the plain allocator, which IPC handles and direct peer access between GPUs need).",
         set: |c, v| parse_bool(v).map(|b| c.vmm = b),
     },
     Key {
         name: "log",
+        example: "info",
         default: "warn",
         help: "Log level on stderr: error, warn, info, debug or trace.",
         set: |c, v| {
@@ -213,6 +228,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "log_file",
+        example: "/tmp/rocmguard.log",
         default: "none",
         help: "Also append the log to this file (for programs without a console).",
         set: |c, v| {
@@ -222,30 +238,35 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "stats",
+        example: "1",
         default: "0",
         help: "Print the per-device stats table at exit (1 or 0).",
         set: |c, v| parse_bool(v).map(|b| c.stats = b),
     },
     Key {
         name: "disable",
+        example: "1",
         default: "0",
         help: "Pass every call straight to the runtime, untouched (1 or 0).",
         set: |c, v| parse_bool(v).map(|b| c.disable = b),
     },
     Key {
         name: "reclaim",
+        example: "0",
         default: "1",
         help: "Release freed blocks in the background: a thread synchronizes the device while freed blocks wait, so allocations rarely wait for the GPU (1 or 0).",
         set: |c, v| parse_bool(v).map(|b| c.reclaim = b),
     },
     Key {
         name: "ordered_reuse",
+        example: "0",
         default: "1",
         help: "Reuse a freed block at once while the program queues all its work on one device's default stream, which runs it in order (as PyTorch's own cache reuses within a stream); from the first stream it creates, a freed block waits for a device synchronize (1 or 0; 0 = always wait).",
         set: |c, v| parse_bool(v).map(|b| c.ordered_reuse = b),
     },
     Key {
         name: "trace",
+        example: "/tmp/trace-%p.csv.gz",
         default: "none",
         help: "Record every hooked call to this file, RMM CSV (.gz to compress); %p becomes the process id.",
         set: |c, v| {
@@ -255,6 +276,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "uma",
+        example: "1",
         default: "auto",
         help: "Unified-memory view for integrated GPUs: auto (integrated devices only), 1 or 0.",
         set: |c, v| {
@@ -273,6 +295,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "host_reserve",
+        example: "8GiB",
         default: "10%",
         help: "Host memory kept for the system in unified-memory mode: bytes or a share of RAM.",
         set: |c, v| Limit::parse(v).map(|l| c.host_reserve = l),
@@ -280,6 +303,7 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "group",
         default: "none",
+        example: "desktop",
         help: "Share the cap with every process of this user naming the same group (letters, digits, - and _): vram_limit is then the group's total per device.",
         set: |c, v| {
             let group = optional_text(v);
@@ -314,6 +338,7 @@ impl Default for Config {
     fn default() -> Config {
         let mut c = Config {
             vram_limit: None,
+            invalid_cap: None,
             headroom: 0,
             trim_threshold: 0.8,
             max_split: None,
@@ -387,14 +412,29 @@ impl Config {
     /// Sets one key by name; a bad name or value adds a warning and changes nothing.
     pub fn apply(&mut self, name: &str, value: &str, origin: &str, warnings: &mut Vec<String>) {
         match KEYS.iter().find(|k| k.name == name) {
-            Some(key) => {
-                if let Err(why) = (key.set)(self, value) {
-                    warnings.push(format!(
-                        "rocmguard: {} {}={}: {}; using the default {}",
-                        origin, key.name, value, why, key.default
+            Some(key) => match (key.set)(self, value) {
+                Ok(()) if key.name == "vram_limit" => self.invalid_cap = None,
+                Ok(()) => {}
+                Err(why) if key.name == "vram_limit" => {
+                    self.vram_limit = Some(Limit::Bytes(0));
+                    self.invalid_cap = Some(format!(
+                        "{} is not a cap: {}; write for example {}={} (or 85%, or none for no cap). \
+                         Until it is fixed no device memory is handed out: every allocation is refused",
+                        said(origin, key, value),
+                        why,
+                        key.var(),
+                        key.example
                     ));
                 }
-            }
+                Err(why) => warnings.push(format!(
+                    "rocmguard: {}: {}; using the default {} (for example {}={})",
+                    said(origin, key, value),
+                    why,
+                    key.default,
+                    key.var(),
+                    key.example
+                )),
+            },
             None if is_foreign(name) => {}
             None => warnings.push(format!(
                 "rocmguard: {} names unknown key `{}`; known keys: {}",
@@ -411,11 +451,26 @@ impl Config {
             .map_or(total, |l| l.resolve(total).min(total))
     }
 
+    /// When a cap in bytes is above a device of `total` bytes (the cap is then the device), a
+    /// line naming both, to say once.
+    pub fn cap_above_device(&self, total: u64) -> Option<String> {
+        match self.vram_limit {
+            Some(Limit::Bytes(cap)) if cap > total => Some(format!(
+                "the cap {} is above the device's {}: the cap is the whole device",
+                format_size(cap),
+                format_size(total)
+            )),
+            _ => None,
+        }
+    }
+
     /// One line for the log at first use.
     pub fn summary(&self) -> String {
-        let cap = self
-            .vram_limit
-            .map_or_else(|| "none".to_string(), |l| l.to_string());
+        let cap = match (&self.invalid_cap, self.vram_limit) {
+            (Some(_), _) => "0 B (the value given is invalid)".to_string(),
+            (None, None) => "none".to_string(),
+            (None, Some(l)) => l.to_string(),
+        };
         format!(
             "cap {} | headroom {} | trim at {:.0}% | max split {} | retries {}",
             cap,
@@ -425,6 +480,15 @@ impl Config {
                 .map_or_else(|| "none".to_string(), format_size),
             self.retries
         )
+    }
+}
+
+/// A setting as the user wrote it: `ROCMGUARD_VRAM_LIMIT=banana`, `ROCMGUARD_CONF vram_limit:banana`.
+fn said(origin: &str, key: &Key, value: &str) -> String {
+    if origin == key.var() {
+        format!("{}={}", origin, value)
+    } else {
+        format!("{} {}:{}", origin, key.name, value)
     }
 }
 
@@ -527,7 +591,7 @@ mod tests {
     fn bad_values_warn_once_and_keep_defaults() {
         let (c, w) = Config::from_vars(vec![
             ("ROCMGUARD_TRIM_THRESHOLD", "lots"),
-            ("ROCMGUARD_VRAM_LIMIT", "20XB"),
+            ("ROCMGUARD_RETRIES", "many"),
             ("ROCMGUARD_VRAM_LIMT", "1G"),
         ]);
         assert_eq!(c, Config::default());
@@ -541,5 +605,45 @@ mod tests {
         assert!(w
             .iter()
             .any(|m| m.contains("vram_limt") && m.contains("vram_limit")));
+    }
+
+    #[test]
+    fn a_bad_cap_is_an_error_and_a_cap_of_zero() {
+        for bad in ["banana", "-5GiB", "200%"] {
+            let (c, w) = Config::from_vars(vec![("ROCMGUARD_VRAM_LIMIT", bad)]);
+            assert!(w.is_empty(), "{:?}", w);
+            assert_eq!(c.cap_for(16 << 30), 0, "{}", bad);
+            let e = c.invalid_cap.unwrap();
+            assert!(
+                e.contains(bad) && e.contains("ROCMGUARD_VRAM_LIMIT=20GiB"),
+                "{}",
+                e
+            );
+        }
+        let (c, _) = Config::from_vars(vec![
+            ("ROCMGUARD_CONF", "vram_limit:banana"),
+            ("ROCMGUARD_VRAM_LIMIT", "8GiB"),
+        ]);
+        assert_eq!(
+            (c.invalid_cap.clone(), c.cap_for(16 << 30)),
+            (None, 8 << 30)
+        );
+        for zero in ["0", "0%"] {
+            let (c, _) = Config::from_vars(vec![("ROCMGUARD_VRAM_LIMIT", zero)]);
+            assert_eq!(
+                (c.invalid_cap.clone(), c.cap_for(16 << 30)),
+                (None, 0),
+                "{}",
+                zero
+            );
+        }
+        let (c, _) = Config::from_vars(vec![("ROCMGUARD_VRAM_LIMIT", "20GiB")]);
+        let above = c.cap_above_device(16 << 30).unwrap();
+        assert!(
+            above.contains("20.00 GiB") && above.contains("16.00 GiB"),
+            "{}",
+            above
+        );
+        assert_eq!(c.cap_above_device(32 << 30), None);
     }
 }

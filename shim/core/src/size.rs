@@ -20,7 +20,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let unit = unit.trim();
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("`{}` is not a size (try 20GiB, 512MiB or 85%)", text))?;
+        .map_err(|_| format!("`{}` is not a size (try 20GiB or 512MiB)", text))?;
     let multiplier = if unit.is_empty() {
         1
     } else {
@@ -48,7 +48,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Limit {
     Bytes(u64),
-    /// 0 < percent <= 100.
+    /// 0 <= percent <= 100.
     Percent(f64),
 }
 
@@ -60,12 +60,18 @@ impl Limit {
                 .trim()
                 .parse()
                 .map_err(|_| format!("`{}` is not a percentage", text))?;
-            if !(v > 0.0 && v <= 100.0) {
-                return Err(format!("`{}` must be above 0% and at most 100%", text));
+            if !(0.0..=100.0).contains(&v) {
+                return Err(format!("`{}` must be from 0% to 100%", text));
             }
             return Ok(Limit::Percent(v));
         }
-        parse_size(t).map(Limit::Bytes)
+        // A limit may also be a share: say so where a plain size's hint would not.
+        parse_size(t).map(Limit::Bytes).map_err(|e| {
+            e.replace(
+                "(try 20GiB or 512MiB)",
+                "(try 20GiB, 512MiB or a share such as 85%)",
+            )
+        })
     }
 
     /// The limit in bytes for a device of `total` bytes.
@@ -124,7 +130,7 @@ mod tests {
     fn limits() {
         assert_eq!(Limit::parse("85%"), Ok(Limit::Percent(85.0)));
         assert_eq!(Limit::parse("8GiB"), Ok(Limit::Bytes(8 << 30)));
-        assert!(Limit::parse("0%").is_err());
+        assert_eq!(Limit::parse("0%"), Ok(Limit::Percent(0.0)));
         assert!(Limit::parse("150%").is_err());
         assert_eq!(Limit::Percent(50.0).resolve(16 << 30), 8 << 30);
     }

@@ -31,13 +31,16 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// 1 - live / reserved: the share of reserved memory that holds nothing.
-    pub fn fragmentation(&self) -> f64 {
-        if self.reserved == 0 {
-            0.0
-        } else {
-            1.0 - self.live as f64 / self.reserved as f64
-        }
+    /// Reserved / live now: how many bytes the pool holds per byte the program uses (1.0 =
+    /// nothing cached; 0 when nothing is live).
+    pub fn reserved_per_live(&self) -> f64 {
+        ratio(self.reserved, self.live)
+    }
+
+    /// Peak reserved / peak live: the pool's overhead at the run's high-water mark, the figure
+    /// replay's `ratio` column gives for a trace (an idle cache at exit does not inflate it).
+    pub fn peak_reserved_per_live(&self) -> f64 {
+        ratio(self.peak_reserved, self.peak_live)
     }
 
     /// One line for logs: `dev0 live 18.50 GiB | reserved 19.20 GiB (92.5% of 20.00 GiB cap) | ...`,
@@ -63,18 +66,18 @@ impl Stats {
     /// The table printed at exit and by `rocmguard stats`.
     pub fn table(devices: &[(i32, Stats)]) -> String {
         let mut out = String::from(
-            "device        live   peak live    reserved  peak resvd         cap   frag  allocs   hits  dev-allocs  dev-frees  trims  retries  ooms\n",
+            "device        live   peak live    reserved  peak resvd         cap  peak-resv/live  allocs   hits  dev-allocs  dev-frees  trims  retries  ooms\n",
         );
         for (d, s) in devices {
             out.push_str(&format!(
-                "dev{:<3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5.1}% {:>7} {:>6} {:>11} {:>10} {:>6} {:>8} {:>5}\n",
+                "dev{:<3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>14.3}x {:>7} {:>6} {:>11} {:>10} {:>6} {:>8} {:>5}\n",
                 d,
                 format_size(s.live),
                 format_size(s.peak_live),
                 format_size(s.reserved),
                 format_size(s.peak_reserved),
                 format_size(s.cap),
-                s.fragmentation() * 100.0,
+                s.peak_reserved_per_live(),
                 s.allocs,
                 s.pool_hits,
                 s.source_allocs,
@@ -85,6 +88,14 @@ impl Stats {
             ));
         }
         out
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
     }
 }
 

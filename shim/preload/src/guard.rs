@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::os::raw::c_char;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use once_cell::sync::OnceCell;
@@ -267,6 +267,9 @@ pub struct Active {
     in_order: AtomicBool,
     /// Devices whose cap warning has been printed.
     warned: Vec<AtomicBool>,
+    /// Refusals per device and [`Refusal`] situation: the first of each is logged, the rest
+    /// counted for the summary at exit (a program at a low cap may be refused thousands of times).
+    refusals: Vec<[AtomicU64; 2]>,
     /// Held shared by the reclaimer while it synchronizes and exclusively while a capture
     /// begins, so a background synchronize never overlaps the start of a capture.
     sync_gate: std::sync::RwLock<()>,
@@ -320,6 +323,9 @@ impl Guard {
                     captures: AtomicUsize::new(0),
                     in_order: AtomicBool::new(config.ordered_reuse),
                     warned: (0..MAX_DEVICES).map(|_| AtomicBool::new(false)).collect(),
+                    refusals: (0..MAX_DEVICES)
+                        .map(|_| [AtomicU64::new(0), AtomicU64::new(0)])
+                        .collect(),
                     sync_gate: std::sync::RwLock::new(()),
                     reclaimer: OnceCell::new(),
                 })
@@ -336,6 +342,14 @@ impl Guard {
                 .enumerate()
                 .filter_map(|(d, p)| p.get().map(|p| (d as i32, p.stats())))
                 .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The refusals left unlogged, one line per device (see [`Active::refusal_summary`]).
+    pub fn refusal_summary(&self) -> Vec<String> {
+        match self.state.get() {
+            Some(Some(a)) => a.refusal_summary(),
             _ => Vec::new(),
         }
     }
@@ -553,6 +567,9 @@ impl Active {
                     "plain segments"
                 }
             ));
+            if let Some(above) = self.config.cap_above_device(total) {
+                log::warn(format_args!("dev{}: {}", device, above));
+            }
             Pool::new(source, options)
         });
         if !self.in_order.load(Ordering::Acquire) {
@@ -905,19 +922,75 @@ impl Active {
         self.captures.load(Ordering::Acquire) > 0
     }
 
+    /// Logs the first refusal of each situation on a device and counts the rest.
     fn refused(&self, device: i32, pool: &Pool<Source>, size: u64) {
         crate::trace::event(Action::Oom, device, 0, size);
+        let cap = pool.cap();
+        let situation = if size > cap {
+            Refusal::LargerThanCap
+        } else {
+            Refusal::OverCap
+        };
+        let counts = match self.refusals.get(device as usize) {
+            Some(c) => c,
+            None => return,
+        };
+        if counts[situation as usize].fetch_add(1, Ordering::Relaxed) > 0 {
+            return;
+        }
+        let why = match situation {
+            Refusal::OverCap => "over the cap".to_string(),
+            Refusal::LargerThanCap => format!(
+                "larger than the whole cap of {}",
+                rocmguard_core::format_size(cap)
+            ),
+        };
+        let invalid = if self.config.invalid_cap.is_some() {
+            " (the cap is 0 because its value is invalid: see the error above)"
+        } else {
+            ""
+        };
         log::warn(format_args!(
-            "[VRAM Limit] refused {} on dev{}: over the cap; {}",
+            "[VRAM Limit] refused {} on dev{}: {}{}; {}; further refusals like this are counted, not logged (summary at exit)",
             rocmguard_core::format_size(size),
             device,
+            why,
+            invalid,
             pool.stats().line(device)
         ));
     }
 
+    /// One line per device that was refused more often than logged, for the exit: how many
+    /// refusals followed the logged ones (and why the cap is 0 when its value was invalid).
+    pub fn refusal_summary(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (device, counts) in self.refusals.iter().enumerate() {
+            let over = counts[Refusal::OverCap as usize].load(Ordering::Relaxed);
+            let larger = counts[Refusal::LargerThanCap as usize].load(Ordering::Relaxed);
+            let logged = u64::from(over > 0) + u64::from(larger > 0);
+            if over + larger > logged {
+                let invalid = match &self.config.invalid_cap {
+                    Some(e) => format!("; {}", e),
+                    None => String::new(),
+                };
+                lines.push(format!(
+                    "[VRAM Limit] dev{}: {} allocations refused in all ({} over the cap, {} larger than the whole cap), {} more than logged{}",
+                    device,
+                    over + larger,
+                    over,
+                    larger,
+                    over + larger - logged,
+                    invalid
+                ));
+            }
+        }
+        lines
+    }
+
     fn warn_near_cap(&self, device: i32, pool: &Pool<Source>) {
         let (used, cap) = pool.usage();
-        let near = used as f64 >= 0.95 * cap as f64;
+        // A cap of 0 refuses everything: the refusal says so, "near" would be noise.
+        let near = cap > 0 && used as f64 >= 0.95 * cap as f64;
         let flag = &self.warned[device as usize];
         if near && !flag.swap(true, Ordering::Relaxed) {
             crate::trace::event(Action::CapWarning, device, 0, used);
@@ -945,6 +1018,15 @@ impl Active {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
     }
+}
+
+/// Why the cap refused an allocation: each is logged once per device.
+#[derive(Clone, Copy)]
+enum Refusal {
+    /// The request fits under the cap, but not with what the program already holds.
+    OverCap = 0,
+    /// The request alone is larger than the cap (every cap of 0 refuses so).
+    LargerThanCap = 1,
 }
 
 /// A `GetProcAddress` answer (`code`, the function at `*pfn`), replaced by our hook where the

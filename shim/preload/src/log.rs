@@ -58,6 +58,14 @@ pub fn init(config: &Config, warnings: &[String]) {
     for w in warnings {
         warn(format_args!("{}", w.trim_start_matches("rocmguard: ")));
     }
+    // A cap that could not be read is said even with the log off: the program gets no memory.
+    if let Some(e) = &config.invalid_cap {
+        if config.log == "off" {
+            eprintln!("rocmguard: error: {}", e);
+        } else {
+            error(format_args!("{}", e));
+        }
+    }
 }
 
 struct Tee(std::io::Stderr, Arc<std::fs::File>);

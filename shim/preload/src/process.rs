@@ -94,6 +94,17 @@ extern "C" fn at_exit() {
         }
         crate::trace::finish();
         let _ = rocmguard_core::live::remove(std::process::id());
+        // Printed directly: the log's thread-local dispatcher is gone by now (glibc runs
+        // thread-local destructors before atexit handlers).
+        if crate::config().is_some_and(|c| c.log != "off" && c.log != "error") {
+            for line in HIP
+                .refusal_summary()
+                .into_iter()
+                .chain(CUDA.refusal_summary())
+            {
+                eprintln!(" WARN rocmguard: {}", line);
+            }
+        }
         if crate::config().is_some_and(|c| c.stats) {
             for (face, stats) in all_stats() {
                 eprint!(

@@ -150,6 +150,12 @@ fn attach(module: win::Module) {
 }
 
 fn at_exit() {
+    // Only atomics are read: safe whatever thread ended inside a hook.
+    if config().map_or(false, |c| c.log != "off" && c.log != "error") {
+        for line in hip::HIP.refusal_summary() {
+            log::write_at_exit(&format!(" WARN rocmguard: {}\n", line));
+        }
+    }
     if config().map_or(false, |c| c.stats) {
         print_stats_at_exit();
     }

@@ -46,6 +46,10 @@ pub fn init(config: &Config, warnings: &[String]) {
     for w in warnings {
         warn(format_args!("{}", w.trim_start_matches("rocmguard: ")));
     }
+    // A cap that could not be read is said even with the log off: the program gets no memory.
+    if let Some(e) = &config.invalid_cap {
+        write_all(&format!("ERROR rocmguard: {}\n", e));
+    }
 }
 
 fn emit(level: u8, tag: &str, args: Arguments) {

@@ -110,6 +110,9 @@ fn libraries(ctx: &Context) -> Vec<Check> {
                     detail.push_str(&format!(" (version {})", v));
                 }
                 detail.push_str(&format!(", {}", f.via.describe()));
+                if *id == "hip-runtime" && probe::is_simulator_file(&f.path) {
+                    detail.push_str("; this is hipsim, rocmguard's simulator, not a ROCm runtime");
+                }
                 if f.via == Via::RocmDirOnly {
                     let dir = f.path.parent().map(|d| d.display().to_string()).unwrap_or_default();
                     Check::new(id, title, Status::Warn, detail).fix(format!(
@@ -584,7 +587,12 @@ fn caps(ctx: &Context) -> Check {
 fn rocmguard_env(ctx: &Context) -> Check {
     let id = "rocmguard-env";
     let title = "ROCMGUARD_* settings";
-    let (_, warnings) = Config::from_vars(ctx.env.iter());
+    let (config, warnings) = Config::from_vars(ctx.env.iter());
+    if let Some(e) = config.invalid_cap {
+        return Check::new(id, title, Status::Fail, e).fix(
+            "`rocmguard run` refuses to start with it; fix or unset the cap (see `rocmguard run --help`)",
+        );
+    }
     let set: Vec<&str> = ctx
         .env
         .keys()
@@ -838,7 +846,12 @@ fn judge(ctx: &Context, report: &Result<Report, String>) -> (Status, String, Opt
         .runtime_version
         .map(|v| format!(" (HIP {})", probe::format_hip_version(v)))
         .unwrap_or_default();
-    let runtime = format!("{}{}", runtime, version);
+    let simulator = if r.simulator {
+        " [hipsim, rocmguard's simulator: no GPU was tested]"
+    } else {
+        ""
+    };
+    let runtime = format!("{}{}{}", runtime, version, simulator);
     let guard = match (r.guard_active, &r.guard_version) {
         (None, _) => {
             return (

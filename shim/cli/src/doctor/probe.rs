@@ -41,6 +41,19 @@ pub struct Report {
     /// `hipDeviceAttributeVirtualMemoryManagementSupported` of device 0.
     #[serde(default)]
     pub virtual_memory: Option<i32>,
+    /// The runtime is rocmguard's simulator (it exports [`SIMULATOR_MARKER`]), not ROCm.
+    #[serde(default)]
+    pub simulator: bool,
+}
+
+/// A symbol only hipsim, rocmguard's simulated HIP runtime, exports: its counters.
+pub const SIMULATOR_MARKER: &str = "hipsimCounters";
+
+/// Whether the library file at `path` is hipsim: its dynamic symbol table names the marker.
+pub fn is_simulator_file(path: &Path) -> bool {
+    let marker = format!("{}\0", SIMULATOR_MARKER);
+    std::fs::read(path)
+        .is_ok_and(|bytes| bytes.windows(marker.len()).any(|w| w == marker.as_bytes()))
 }
 
 /// `hipDeviceAttributeVirtualMemoryManagementSupported` (ROCm 6).
@@ -84,6 +97,7 @@ pub fn probe() -> Report {
         }
     }
     report.runtime_path = mapped_file("libamdhip64");
+    report.simulator = symbol::<GuardActive>(SIMULATOR_MARKER).is_some();
     report.guard_active = symbol::<GuardActive>("rocmguard_active").map(|f| {
         // SAFETY: the shim exports `int rocmguard_active(void)`.
         unsafe { f() }

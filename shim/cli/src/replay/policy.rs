@@ -121,6 +121,10 @@ fn apply_knob(config: &mut Config, item: &str, spec: &str) -> Result<(), String>
     }
     let mut warnings = Vec::new();
     config.apply(&name, value, &format!("policy `{}`:", spec), &mut warnings);
+    // A bad cap is an error of its own (the shim refuses everything): refuse the policy too.
+    if let Some(e) = config.invalid_cap.take() {
+        return Err(e.split(". Until").next().unwrap_or(&e).to_string());
+    }
     match warnings.first() {
         None => Ok(()),
         // The shim keeps the default on a bad value; a replay asked for this variant, so refuse.
@@ -422,8 +426,6 @@ pub struct Search {
     /// an OOM; `None` when not even [`UNLIMITED`] does (a cap below the trace's need).
     pub capacity: Option<u64>,
     pub replays: u64,
-    pub events: u64,
-    pub elapsed: Duration,
 }
 
 /// Finds the smallest capacity with which `policy` completes `trace`, by bisection over replays.
@@ -470,7 +472,5 @@ pub fn min_capacity(trace: &Trace, policy: &Policy, peak_reserved: u64) -> Searc
 fn fails(search: &mut Search, trace: &Trace, policy: &Policy, units: u64) -> bool {
     let o = replay(trace, policy, units * RESOLUTION, true, None);
     search.replays += 1;
-    search.events += o.events;
-    search.elapsed += o.elapsed;
     o.ooms > 0
 }
