@@ -128,7 +128,7 @@ fn shared_traces_reproduce_the_readme() {
         let g = ratio(pool);
         assert!(
             (1.0..=TARGET).contains(&g),
-            "{}: rocmguard's peak reserved / peak live {:.4} passes the README's target {}",
+            "{}: rocmguard's peak reserved / peak live {:.4} is above the README's target {}",
             name,
             g,
             TARGET

@@ -123,19 +123,25 @@ impl State {
                 .blocks
                 .get(i as usize)
                 .ok_or("a block past the arena")?;
-            let here = format!(
-                "block {} at {:#x} ({} bytes) of segment {:#x}",
-                i, b.addr, b.size, seg.addr
-            );
+            let here = || {
+                format!(
+                    "block {} at {:#x} ({} bytes) of segment {:#x}",
+                    i, b.addr, b.size, seg.addr
+                )
+            };
             if seen[i as usize] {
-                return Err(format!("{} is reached twice", here));
+                return Err(format!("{} is reached twice", here()));
             }
             seen[i as usize] = true;
             if b.seg != s || b.prev != prev || b.addr != at {
-                return Err(format!("{} is out of place (expected at {:#x})", here, at));
+                return Err(format!(
+                    "{} is out of place (expected at {:#x})",
+                    here(),
+                    at
+                ));
             }
             if b.size == 0 || b.size % GRANULE != 0 {
-                return Err(format!("{} has a size off the granule", here));
+                return Err(format!("{} has a size off the granule", here()));
             }
             match b.state {
                 BlockState::Free => {
@@ -143,12 +149,12 @@ impl State {
                     if prev != NIL && self.blocks[prev as usize].state == BlockState::Free {
                         return Err(format!(
                             "{} and the free block before it are not merged",
-                            here
+                            here()
                         ));
                     }
                 }
                 BlockState::Live | BlockState::Quarantined if b.requested > b.size => {
-                    return Err(format!("{} holds a request of {}", here, b.requested));
+                    return Err(format!("{} holds a request of {}", here(), b.requested));
                 }
                 BlockState::Live => {
                     n.live += b.requested;
@@ -160,7 +166,7 @@ impl State {
                     n.quarantined_blocks += 1;
                     pinned.push((b.addr, b.size));
                 }
-                BlockState::Vacant => return Err(format!("{} is vacant", here)),
+                BlockState::Vacant => return Err(format!("{} is vacant", here())),
             }
             at += b.size;
             prev = i;
