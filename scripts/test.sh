@@ -37,7 +37,7 @@ stage() {
     echo "${PIPESTATUS[0]}" >"$logs/$name.rc"
     set -e
 }
-stage 1-cargo cargo test --workspace --release
+stage 1-cargo cargo test --workspace --release --no-fail-fast
 # The wheel and the from-source install, as a user gets them (fresh venv, pip --no-index).
 stage 1-wheel scripts/wheel-test.sh
 # The GPU check's driver (scripts/gpu-check.sh) judged against fake runs; its tests that need

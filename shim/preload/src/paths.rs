@@ -1,18 +1,11 @@
 //! The hook bodies for the allocation paths beside `Malloc` and `Free`, both faces: pitched
 //! allocations (through the pool), physical memory the program maps itself (`MemCreate`,
 //! counted against the cap like the runtime's other allocations), and the address-range
-//! queries, which describe the pooled block holding an address; and IPC exports the runtime
-//! would get wrong.
+//! queries, which describe the pooled block holding an address.
 
 use std::ffi::c_void;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use crate::guard::{Guard, Handed, SUCCESS};
-use crate::log;
-
-/// Whether a refused IPC export was logged.
-static IPC_SAID: AtomicBool = AtomicBool::new(false);
 
 impl Guard {
     /// `MallocPitch` and its kin: `height * depth` rows of `width` bytes, each padded to a
@@ -81,40 +74,5 @@ impl Guard {
             .existing_pools()
             .find_map(|(_, p)| p.block_containing(ptr as u64));
         found
-    }
-
-    /// `IpcGetMemHandle` where the runtime's handle names the enclosing allocation and its
-    /// opener gets that allocation's base (CUDA): a pooled block that does not begin its plain
-    /// segment would arrive at the wrong address in the other process, silently. Such a block
-    /// is refused with `invalid` (what the runtime answers for memory it cannot share), said
-    /// once; anything else goes to the runtime unchanged.
-    pub fn ipc_handle_at_base(
-        &'static self,
-        ptr: *mut c_void,
-        invalid: i32,
-        pass: impl FnOnce() -> i32,
-    ) -> i32 {
-        let a = match self.active() {
-            Some(a) => a,
-            None => return pass(),
-        };
-        let addr = ptr as u64;
-        let pooled = a
-            .existing_pools()
-            .find(|(_, p)| p.block_containing(addr).is_some());
-        match pooled {
-            Some((_, pool)) if !pool.starts_plain_segment(addr) => {
-                if !IPC_SAID.swap(true, Ordering::Relaxed) {
-                    log::warn(format_args!(
-                        "{}IpcGetMemHandle on pooled memory that does not begin its own allocation: refused \
-                         (the other process would map the wrong address); share device memory between \
-                         processes without the shim (ROCMGUARD_DISABLE=1)",
-                        self.face.name.to_ascii_lowercase()
-                    ));
-                }
-                invalid
-            }
-            _ => pass(),
-        }
     }
 }
