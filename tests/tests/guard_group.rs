@@ -184,3 +184,50 @@ fn the_file_of_a_dead_member_is_not_counted_and_is_removed() {
     writeln!(want.stdin.as_mut().unwrap(), "go").unwrap();
     want.wait().unwrap();
 }
+
+#[test]
+fn a_corrupted_file_of_a_live_member_is_refused_not_trusted() {
+    let exe = exe();
+    let runtime = tempfile::tempdir().unwrap();
+    let group = "corrupt";
+    let base = runtime.path().join("rocmguard");
+    let dir = base.join(format!("group-{}", group));
+    std::fs::create_dir_all(&dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for d in [&base, &dir] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    // A live member's file (this test holds its lock) whose bytes are not the format: a
+    // truncated header, then garbage that would claim the whole cap if read loosely.
+    let path = dir.join("999998");
+    std::fs::write(&path, "rocmguard-gr\n0 2147483648\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let held = std::fs::File::open(&path).unwrap();
+    held.lock().unwrap();
+
+    let mut want = member(
+        exe,
+        runtime.path(),
+        group,
+        &["want".into(), GIB.to_string()],
+    );
+    let mut out = BufReader::new(want.stdout.take().unwrap());
+    let seen = read_until(&mut out, "waiting");
+    assert_eq!(
+        value(&seen, "first"),
+        0,
+        "the corrupted file is not counted: {:?}",
+        seen
+    );
+    writeln!(want.stdin.as_mut().unwrap(), "go").unwrap();
+    want.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(want.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains("refused (not in rocmguard's group format)"),
+        "said why: {}",
+        err
+    );
+    assert!(path.exists(), "a live member's file is left alone");
+    drop(held);
+}
