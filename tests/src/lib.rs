@@ -149,3 +149,38 @@ pub fn cli_command() -> Command {
     }
     cmd
 }
+
+/// A finished run's output with its stdout's `key value` lines, for test programs that print
+/// what they saw that way.
+pub struct Seen {
+    pub out: Output,
+    pub values: std::collections::HashMap<String, String>,
+}
+
+impl Seen {
+    pub fn new(out: Output) -> Seen {
+        let values = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+            .collect();
+        Seen { out, values }
+    }
+
+    pub fn num(&self, key: &str) -> i64 {
+        self.values
+            .get(key)
+            .unwrap_or_else(|| panic!("no `{}` in the output:\n{}", key, text(&self.out)))
+            .parse()
+            .unwrap()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+
+    pub fn succeeded(&self) -> &Self {
+        assert!(self.out.status.success(), "{}", text(&self.out));
+        self
+    }
+}

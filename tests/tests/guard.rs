@@ -3,10 +3,9 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::Output;
 use std::sync::OnceLock;
 
-use rocmguard_tests::{compile_c, guarded_command, output, sim_command, text};
+use rocmguard_tests::{compile_c, guarded_command, output, sim_command, text, Seen};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -34,50 +33,16 @@ fn program(name: &str) -> PathBuf {
         .clone()
 }
 
-/// `key value` lines of a run's stdout.
-struct Seen {
-    out: Output,
-    values: HashMap<String, String>,
-}
-
-impl Seen {
-    fn num(&self, key: &str) -> i64 {
-        self.values
-            .get(key)
-            .unwrap_or_else(|| panic!("no `{}` in the output:\n{}", key, text(&self.out)))
-            .parse()
-            .unwrap()
-    }
-
-    fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.out.stderr).into_owned()
-    }
-
-    fn succeeded(&self) -> &Self {
-        assert!(self.out.status.success(), "{}", text(&self.out));
-        self
-    }
-}
-
-fn seen(out: Output) -> Seen {
-    let values = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect();
-    Seen { out, values }
-}
-
 fn guarded(name: &str, args: &[&str], env: &[(&str, &str)]) -> Seen {
     let mut cmd = guarded_command(&program(name));
     cmd.args(args).envs(env.iter().copied());
-    seen(output(&mut cmd))
+    Seen::new(output(&mut cmd))
 }
 
 fn unguarded(name: &str, args: &[&str], env: &[(&str, &str)]) -> Seen {
     let mut cmd = sim_command(&program(name));
     cmd.args(args).envs(env.iter().copied());
-    seen(output(&mut cmd))
+    Seen::new(output(&mut cmd))
 }
 
 /// The `retries` column of the exit stats table (ROCMGUARD_STATS=1) for dev0.
@@ -385,7 +350,7 @@ fn python_ctypes_goes_through_the_guard() {
     let script = rocmguard_tests::root().join("tests/c/guard_ctypes.py");
     let mut cmd = guarded_command(std::path::Path::new("python3"));
     cmd.arg(script).env("ROCMGUARD_VRAM_LIMIT", "1GiB");
-    let s = seen(output(&mut cmd));
+    let s = Seen::new(output(&mut cmd));
     s.succeeded();
     assert_eq!(s.num("total"), GIB as i64);
     assert_eq!(s.num("malloc_2gib"), 2);

@@ -3,6 +3,7 @@
 //! simulated runtime (hipsim, where each process has its own simulated device: only the group
 //! ties them together).
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Stdio};
@@ -29,6 +30,17 @@ fn member(exe: &Path, runtime: &Path, group: &str, args: &[String]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// The group's directory as a member makes it (0700 all the way), made first by the test.
+fn private_group_dir(runtime: &Path, group: &str) -> PathBuf {
+    let base = runtime.join("rocmguard");
+    let dir = base.join(format!("group-{}", group));
+    std::fs::create_dir_all(&dir).unwrap();
+    for d in [&base, &dir] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    dir
 }
 
 /// Lines of `out` up to and including `until`, as `key value` pairs.
@@ -117,7 +129,6 @@ fn a_group_directory_others_can_write_is_refused_and_the_process_keeps_its_own_c
         .join("rocmguard")
         .join(format!("group-{}", group));
     std::fs::create_dir_all(&dir).unwrap();
-    use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     // A file that claims the whole cap: it must not be trusted.
     std::fs::write(dir.join("1"), "rocmguard-group 1\n0 2147483648\n").unwrap();
@@ -154,13 +165,7 @@ fn the_file_of_a_dead_member_is_not_counted_and_is_removed() {
     let exe = exe();
     let runtime = tempfile::tempdir().unwrap();
     let group = "stale";
-    let base = runtime.path().join("rocmguard");
-    let dir = base.join(format!("group-{}", group));
-    std::fs::create_dir_all(&dir).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    for d in [&base, &dir] {
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
-    }
+    let dir = private_group_dir(runtime.path(), group);
     // Left by a process that died: nobody holds its lock.
     let stale = dir.join("999999");
     std::fs::write(&stale, "rocmguard-group 1\n0 2147483648\n").unwrap();
@@ -190,13 +195,7 @@ fn a_corrupted_file_of_a_live_member_is_refused_not_trusted() {
     let exe = exe();
     let runtime = tempfile::tempdir().unwrap();
     let group = "corrupt";
-    let base = runtime.path().join("rocmguard");
-    let dir = base.join(format!("group-{}", group));
-    std::fs::create_dir_all(&dir).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    for d in [&base, &dir] {
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
-    }
+    let dir = private_group_dir(runtime.path(), group);
     // A live member's file (this test holds its lock) whose bytes are not the format: a
     // truncated header, then garbage that would claim the whole cap if read loosely.
     let path = dir.join("999998");

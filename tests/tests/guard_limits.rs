@@ -3,37 +3,10 @@
 //! device is said once, refusals are logged once per situation and summed at exit, and the stats
 //! table's overhead column is taken at the peak.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::Output;
 use std::sync::Mutex;
 
-use rocmguard_tests::{compile_c, guarded_command, output, text};
-
-/// A run's output with its stdout's `key value` lines.
-struct Seen {
-    out: Output,
-    values: HashMap<String, String>,
-}
-
-impl Seen {
-    fn num(&self, key: &str) -> i64 {
-        self.values
-            .get(key)
-            .unwrap_or_else(|| panic!("no `{}` in the output:\n{}", key, text(&self.out)))
-            .parse()
-            .unwrap()
-    }
-
-    fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.out.stderr).into_owned()
-    }
-
-    fn succeeded(&self) -> &Self {
-        assert!(self.out.status.success(), "{}", text(&self.out));
-        self
-    }
-}
+use rocmguard_tests::{compile_c, guarded_command, output, Seen};
 
 /// Each program compiled once: tests run in parallel and must not rewrite a running binary.
 fn program(name: &str) -> PathBuf {
@@ -53,13 +26,9 @@ fn program(name: &str) -> PathBuf {
 
 fn guarded(name: &str, args: &[&str], env: &[(&str, &str)]) -> Seen {
     let exe = program(name);
-    let out = output(guarded_command(&exe).args(args).envs(env.iter().copied()));
-    let values = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect();
-    Seen { out, values }
+    Seen::new(output(
+        guarded_command(&exe).args(args).envs(env.iter().copied()),
+    ))
 }
 
 /// The `ooms` count of dev0 in the exit stats table (the last column).
