@@ -32,8 +32,8 @@ GIB = 1 << 30
 CAP = 8 * GIB
 CAP_TEXT = "8GiB"
 
-# Targets from the issue; a miss is reported as FAIL with the figure (NOISY for a step time that
-# misses by less than the native runs' own spread, when that spread is wider than the target).
+# Targets from the issue; a miss is reported as FAIL with the figure, also when the native runs
+# themselves spread wider than the target ("noisy" is not a pass).
 STEP_TARGET_CACHING = 0.01  # shim with PyTorch's cache on: at most 1% slower
 STEP_TARGET_NO_CACHE = 0.05  # shim as the only cache: at most 5% slower than PyTorch's cache
 RESERVE_TARGET = 1.05  # shim's peak reserved / PyTorch's peak allocated
@@ -445,13 +445,11 @@ def baseline_median(runs):
 
 
 def timing_status(ms, base_ms, target, spread):
-    """PASS within the target; NOISY when the miss is within the native run-to-run spread and that
-    spread is itself wider than the target (the machine cannot judge it); else FAIL."""
-    if ms <= base_ms * (1 + target):
-        return "PASS"
-    if spread is not None and spread > target and ms <= base_ms * (1 + spread):
-        return "NOISY"
-    return "FAIL"
+    """PASS within the target, else FAIL: a miss within the native runs' own spread is still a
+    miss ("noisy" is not a pass; scripts/gpu/overhead.py is the measurement that can resolve
+    1%). `spread` stays in the figures so a reader sees how far the machine can judge."""
+    del spread
+    return "PASS" if ms <= base_ms * (1 + target) else "FAIL"
 
 
 def check_training(ctx):
@@ -842,16 +840,11 @@ def table(ctx):
     for r in rows:
         lines.append(f"{r['check']:<2} {r['name']:<{width}} {r['status']:<6} {r['figures']}")
     lines.append("-" * (width + 20))
-    counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("PASS", "FAIL", "NOISY", "SKIP")}
+    counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
     lines.append(
-        f"overall: {overall(rows)} ({counts['PASS']} pass, {counts['FAIL']} fail, {counts['NOISY']} noisy, "
+        f"overall: {overall(rows)} ({counts['PASS']} pass, {counts['FAIL']} fail, "
         f"{counts['SKIP']} skip) in {ctx.elapsed():.0f} s"
     )
-    if counts["NOISY"]:
-        lines.append(
-            "noisy: a step time missed its target by less than two native runs differ here; "
-            "not judgeable on this machine"
-        )
     return "\n".join(lines)
 
 
