@@ -1,6 +1,6 @@
 //! rocmguard.dll: injected into an unmodified Windows program by `rocmguard.exe run`, it routes
 //! the program's HIP device allocations through rocmguard's pool, as `librocmguard.so` does on
-//! Linux, with the same guard (`shim/preload/src/guard.rs` and `blas.rs`, compiled in here
+//! Linux, with the same guard (`shim/preload/src/guard/` and `blas.rs`, compiled in here
 //! unchanged) over the same core.
 //!
 //! How calls reach us: at attach (`DllMain`) the import tables of the loaded modules are
@@ -21,7 +21,7 @@ use rocmguard_core::{Config, Stats};
 mod blas;
 // Its fork handling (`fork_holds`, `forget_after_fork`) has no use on Windows.
 #[allow(dead_code)]
-#[path = "../../../shim/preload/src/guard.rs"]
+#[path = "../../../shim/preload/src/guard/mod.rs"]
 mod guard;
 mod group;
 mod hip;

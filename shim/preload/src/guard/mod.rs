@@ -1,9 +1,10 @@
 //! What the hooks do, once for both faces (HIP and CUDA: the same shapes, the same codes for
 //! success and out-of-memory). A `Guard` owns one runtime's per-device pools, its pass-through
 //! allocations counted against the cap, and the bookkeeping that keeps the runtime's own
-//! semantics: sticky last errors, stream capture, fork.
+//! semantics: sticky last errors, stream capture, fork. One file per concern beside this one:
+//! `source.rs` (the pool's device calls), `errors.rs` (sticky errors), `reuse.rs` (ordered reuse,
+//! the reclaimer, captures), `cap.rs` (the capped view and refusals).
 
-use std::cell::Cell;
 use std::ffi::c_void;
 use std::os::raw::c_char;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
@@ -11,10 +12,21 @@ use std::sync::Mutex;
 
 use once_cell::sync::OnceCell;
 use rocmguard_core::trace::Action;
-use rocmguard_core::{AllocError, Config, DeviceSource, Pool, PoolOptions, SourceError, Stats};
+use rocmguard_core::{AllocError, Config, DeviceSource, Pool, PoolOptions, Stats};
 
 use crate::log;
 use crate::vmm::Vmm;
+
+mod cap;
+mod errors;
+mod reuse;
+mod source;
+
+pub use cap::capped_attribute;
+pub use errors::last_error;
+use errors::{settle_errors, PENDING_BEFORE, SHADOW_ERROR};
+use reuse::is_default_stream;
+pub use source::Source;
 
 pub const SUCCESS: i32 = 0;
 /// `hipErrorOutOfMemory` and `cudaErrorMemoryAllocation` alike.
@@ -56,191 +68,6 @@ pub struct Face {
     /// the pool.
     pub virtual_memory: fn(i32) -> Option<Vmm>,
 }
-
-thread_local! {
-    /// The last error pending before the pool's own device call failed, to restore after a
-    /// recovery: `Some(code)` once a device call of ours failed during the current hook.
-    static PENDING_BEFORE: Cell<Option<i32>> = const { Cell::new(None) };
-    /// An error the program should still see from `GetLastError` although the runtime's own
-    /// slot no longer holds it (we consumed the runtime's after recovering, or refused by cap).
-    static SHADOW_ERROR: Cell<i32> = const { Cell::new(SUCCESS) };
-}
-
-/// The pool's view of one device through the real runtime.
-pub struct Source {
-    device: i32,
-    /// An integrated GPU, whose figures the unified-memory view replaces.
-    integrated: bool,
-    api: Api,
-    captures: &'static AtomicUsize,
-    /// Whether all the program's work is still in one order (see [`Active::leave_in_order`]).
-    in_order: &'static AtomicBool,
-    /// Virtual memory for the pool's virtual segments, if the device offers it.
-    vmm: Option<Vmm>,
-    /// The cap, shared with the `ROCMGUARD_GROUP` this process is in (if any): device memory
-    /// is taken from the group before the runtime is asked for it.
-    group_cap: u64,
-}
-
-impl Source {
-    /// Runs one virtual memory call with the device current (the CUDA driver needs its
-    /// context). A failure other than out-of-memory is logged once: the pool then keeps to
-    /// plain segments, or passes the code on.
-    fn virtual_call<T>(
-        &self,
-        what: &str,
-        f: impl FnOnce(&Vmm) -> Result<T, i32>,
-    ) -> Result<T, SourceError> {
-        let vmm = self.vmm.as_ref().ok_or(SourceError::NOT_SUPPORTED)?;
-        let mut current = self.device;
-        // SAFETY: real runtime calls with valid out-pointers.
-        let before = unsafe {
-            let before = (self.api.peek_last_error)();
-            (self.api.get_device)(&mut current);
-            (self.api.set_device)(self.device);
-            before
-        };
-        let r = f(vmm);
-        if current != self.device {
-            unsafe { (self.api.set_device)(current) };
-        }
-        r.map_err(|code| {
-            keep_pending(before);
-            if code != OUT_OF_MEMORY && !VMM_WARNED.swap(true, Ordering::Relaxed) {
-                log::warn(format_args!(
-                    "dev{}: virtual memory {} failed with code {}; plain segments from now on where it matters",
-                    self.device, what, code
-                ));
-            }
-            source_error(code)
-        })
-    }
-
-    /// Runs `f` with `self.device` current, restoring the caller's device.
-    fn on_device<T>(&self, f: impl FnOnce() -> T) -> T {
-        let mut current = self.device;
-        // SAFETY: real runtime calls with valid out-pointers.
-        unsafe { (self.api.get_device)(&mut current) };
-        if current == self.device {
-            return f();
-        }
-        unsafe { (self.api.set_device)(self.device) };
-        let r = f();
-        unsafe { (self.api.set_device)(current) };
-        r
-    }
-}
-
-/// Remembers the error that was pending before the first failed device call of ours in this
-/// hook, so that a recovery can restore it.
-fn keep_pending(before: i32) {
-    PENDING_BEFORE.with(|c| {
-        if c.get().is_none() {
-            c.set(Some(before));
-        }
-    });
-}
-
-fn source_error(code: i32) -> SourceError {
-    SourceError {
-        code,
-        out_of_memory: code == OUT_OF_MEMORY,
-    }
-}
-
-impl DeviceSource for Source {
-    fn alloc(&self, size: u64) -> Result<u64, SourceError> {
-        if !crate::group::reserve(self.device, size, self.group_cap) {
-            return Err(source_error(OUT_OF_MEMORY));
-        }
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: real runtime calls with valid out-pointers.
-        let before = unsafe { (self.api.peek_last_error)() };
-        let code = unsafe { (self.api.malloc)(&mut p, size as usize) };
-        if code != SUCCESS {
-            crate::group::release(self.device, size);
-            keep_pending(before);
-            return Err(source_error(code));
-        }
-        Ok(p as u64)
-    }
-
-    fn free(&self, addr: u64, size: u64) -> Result<(), SourceError> {
-        // SAFETY: addr came from the runtime's malloc.
-        match unsafe { (self.api.free)(addr as *mut c_void) } {
-            SUCCESS => {
-                crate::group::release(self.device, size);
-                Ok(())
-            }
-            code => Err(source_error(code)),
-        }
-    }
-
-    fn mem_info(&self) -> Result<(u64, u64), SourceError> {
-        let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: valid out-pointers.
-        match self.on_device(|| unsafe { (self.api.mem_get_info)(&mut free, &mut total) }) {
-            SUCCESS => {
-                let (free, total) = (free as u64, total as u64);
-                Ok((
-                    crate::uma::device_free(free, total, self.integrated),
-                    crate::uma::device_total(total, self.integrated),
-                ))
-            }
-            code => Err(source_error(code)),
-        }
-    }
-
-    fn synchronize(&self) -> Result<(), SourceError> {
-        // SAFETY: no arguments.
-        match self.on_device(|| unsafe { (self.api.synchronize)() }) {
-            SUCCESS => Ok(()),
-            code => Err(source_error(code)),
-        }
-    }
-
-    fn may_synchronize(&self) -> bool {
-        self.captures.load(Ordering::Acquire) == 0
-    }
-
-    fn in_order(&self) -> bool {
-        self.in_order.load(Ordering::Acquire)
-    }
-
-    fn has_virtual_memory(&self) -> bool {
-        self.vmm.is_some()
-    }
-
-    fn reserve(&self, size: u64) -> Result<u64, SourceError> {
-        self.virtual_call("reserve", |v| v.reserve(size))
-    }
-
-    fn unreserve(&self, addr: u64, size: u64) -> Result<(), SourceError> {
-        self.virtual_call("address free", |v| v.unreserve(addr, size))
-    }
-
-    fn map(&self, addr: u64, size: u64, chunk: u64) -> Result<Vec<u64>, SourceError> {
-        if !crate::group::reserve(self.device, size, self.group_cap) {
-            return Err(source_error(OUT_OF_MEMORY));
-        }
-        let mapped = self.virtual_call("map", |v| v.map(addr, size, chunk));
-        if mapped.is_err() {
-            crate::group::release(self.device, size);
-        }
-        mapped
-    }
-
-    fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
-        let unmapped = self.virtual_call("unmap", |v| v.unmap(addr, size, token));
-        if unmapped.is_ok() {
-            crate::group::release(self.device, size);
-        }
-        unmapped
-    }
-}
-
-/// Whether a virtual memory failure was logged.
-static VMM_WARNED: AtomicBool = AtomicBool::new(false);
 
 /// A guard that is on: the runtime was found and the configuration read.
 pub struct Active {
@@ -612,64 +439,6 @@ impl Active {
         }
     }
 
-    /// The program showed work outside one stream's order (`why`): from now on freed blocks
-    /// wait for a synchronize, and blocks freed in order so far become free for any stream
-    /// after one synchronize per device, before the caller hands the new stream out.
-    pub fn leave_in_order(&'static self, why: std::fmt::Arguments) {
-        if !self.in_order.swap(false, Ordering::AcqRel) {
-            return;
-        }
-        for (_, pool) in self.existing_pools() {
-            pool.reclaim();
-        }
-        self.start_reclaimer();
-        log::info(format_args!(
-            "{}: the program {}; freed blocks now wait for a device synchronize before reuse",
-            self.face.name, why
-        ));
-    }
-
-    /// Starts the thread that releases freed blocks in the background, once, where configured
-    /// and needed (blocks wait in quarantine only once work is out of one order).
-    fn start_reclaimer(&'static self) {
-        if !self.config.reclaim || self.existing_pools().next().is_none() {
-            return;
-        }
-        self.reclaimer.get_or_init(|| {
-            let spawned = std::thread::Builder::new()
-                .name("rocmguard-reclaim".into())
-                .spawn(move || self.reclaim_loop());
-            if spawned.is_err() {
-                log::warn(format_args!(
-                    "no background reclaim thread; freed blocks are reused after synchronizes on demand"
-                ));
-            }
-        });
-    }
-
-    /// While freed blocks wait in a pool's quarantine, synchronizes the device (from this
-    /// thread, so the program's threads do not stall) and releases them. Stops at exit.
-    fn reclaim_loop(&'static self) {
-        crate::process::reclaimer_started();
-        loop {
-            let mut synced = false;
-            for (_, pool) in self.existing_pools() {
-                if !pool.has_quarantine() || self.capture_active() {
-                    continue;
-                }
-                let _permit = match crate::process::reclaim_permit() {
-                    Some(p) => p,
-                    None => return,
-                };
-                let _gate = self.sync_gate.read().unwrap_or_else(|e| e.into_inner());
-                synced |= pool.reclaim();
-            }
-            if !synced {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
-        }
-    }
-
     fn is_integrated(&self, device: i32) -> bool {
         (self.face.integrated)(device)
     }
@@ -820,37 +589,6 @@ impl Active {
         }
     }
 
-    /// `(free, total)` of the current device as the program should see them.
-    pub fn mem_view(&'static self, device_free: u64, device_total: u64) -> (u64, u64) {
-        let device = self.current_device();
-        match device.and_then(|d| self.pool(d)) {
-            Some(pool) => {
-                let integrated = matches!(device, Some(d) if self.is_integrated(d));
-                let free = crate::uma::device_free(device_free, device_total, integrated);
-                let (free, total) = pool.view(free);
-                // In a group, what the other members hold is not ours to take.
-                let others = device.map_or(0, crate::group::others_use);
-                let ours = pool.usage().0;
-                (
-                    free.min(total.saturating_sub(others.saturating_add(ours))),
-                    total,
-                )
-            }
-            None => (device_free, device_total),
-        }
-    }
-
-    /// The total the program should see for `device` whose real total is `total`.
-    pub fn total_for(&'static self, device: i32, total: u64) -> u64 {
-        match self.pools.get(device as usize).and_then(|c| c.get()) {
-            Some(p) => p.cap(),
-            None => {
-                let total = crate::uma::device_total(total, self.is_integrated(device));
-                self.config.cap_for(total)
-            }
-        }
-    }
-
     /// Before a library allocates a workspace of `bytes` outside our view: if the device has
     /// less than that free, our cache goes back to it. Returns the bytes released.
     pub fn make_room(&self, bytes: u64) -> u64 {
@@ -877,132 +615,6 @@ impl Active {
         released
     }
 
-    /// Runs the program's own device synchronize, and lets the pool reuse what was freed
-    /// before it.
-    pub fn synchronize(&self, call: impl FnOnce() -> i32) -> i32 {
-        let device = self.current_device().unwrap_or(0);
-        let pool = self.pools.get(device as usize).and_then(|c| c.get());
-        let mark = pool.map(|p| p.quarantine_mark());
-        let code = call();
-        if let (SUCCESS, Some(p), Some(m)) = (code, pool, mark) {
-            p.synchronized(m);
-        }
-        code
-    }
-
-    /// The device was reset: its memory is gone, so is our pool's bookkeeping of it.
-    pub fn device_reset(&self) {
-        let device = self.current_device().unwrap_or(0);
-        if let Some(p) = self.pools.get(device as usize).and_then(|c| c.get()) {
-            p.forget_all();
-        }
-        self.external
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, (d, _)| *d != device);
-    }
-
-    pub fn capture_began(&self, stream: usize) {
-        self.capturing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(stream);
-        self.captures.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub fn capture_ended(&self, stream: usize) {
-        let mut c = self.capturing.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = c.iter().position(|&s| s == stream) {
-            c.swap_remove(i);
-            self.captures.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-
-    pub fn capture_active(&self) -> bool {
-        self.captures.load(Ordering::Acquire) > 0
-    }
-
-    /// Logs the first refusal of each situation on a device and counts the rest.
-    fn refused(&self, device: i32, pool: &Pool<Source>, size: u64) {
-        crate::trace::event(Action::Oom, device, 0, size);
-        let cap = pool.cap();
-        let situation = if size > cap {
-            Refusal::LargerThanCap
-        } else {
-            Refusal::OverCap
-        };
-        let counts = match self.refusals.get(device as usize) {
-            Some(c) => c,
-            None => return,
-        };
-        if counts[situation as usize].fetch_add(1, Ordering::Relaxed) > 0 {
-            return;
-        }
-        let why = match situation {
-            Refusal::OverCap => "over the cap".to_string(),
-            Refusal::LargerThanCap => format!(
-                "larger than the whole cap of {}",
-                rocmguard_core::format_size(cap)
-            ),
-        };
-        let invalid = if self.config.invalid_cap.is_some() {
-            " (the cap is 0 because its value is invalid: see the error above)"
-        } else {
-            ""
-        };
-        log::warn(format_args!(
-            "[VRAM Limit] refused {} on dev{}: {}{}; {}; further refusals like this are counted, not logged (summary at exit)",
-            rocmguard_core::format_size(size),
-            device,
-            why,
-            invalid,
-            pool.stats().line(device)
-        ));
-    }
-
-    /// One line per device that was refused more often than logged, for the exit: how many
-    /// refusals followed the logged ones (and why the cap is 0 when its value was invalid).
-    pub fn refusal_summary(&self) -> Vec<String> {
-        let mut lines = Vec::new();
-        for (device, counts) in self.refusals.iter().enumerate() {
-            let over = counts[Refusal::OverCap as usize].load(Ordering::Relaxed);
-            let larger = counts[Refusal::LargerThanCap as usize].load(Ordering::Relaxed);
-            let logged = u64::from(over > 0) + u64::from(larger > 0);
-            if over + larger > logged {
-                let invalid = match &self.config.invalid_cap {
-                    Some(e) => format!("; {}", e),
-                    None => String::new(),
-                };
-                lines.push(format!(
-                    "[VRAM Limit] dev{}: {} allocations refused in all ({} over the cap, {} larger than the whole cap), {} more than logged{}",
-                    device,
-                    over + larger,
-                    over,
-                    larger,
-                    over + larger - logged,
-                    invalid
-                ));
-            }
-        }
-        lines
-    }
-
-    fn warn_near_cap(&self, device: i32, pool: &Pool<Source>) {
-        let (used, cap) = pool.usage();
-        // A cap of 0 refuses everything: the refusal says so, "near" would be noise.
-        let near = cap > 0 && used as f64 >= 0.95 * cap as f64;
-        let flag = &self.warned[device as usize];
-        if near && !flag.swap(true, Ordering::Relaxed) {
-            crate::trace::event(Action::CapWarning, device, 0, used);
-            log::warn(format_args!(
-                "[VRAM Limit] Warning: near the cap; {}",
-                pool.stats().line(device)
-            ));
-        } else if !near && (used as f64) < 0.9 * cap as f64 {
-            flag.store(false, Ordering::Relaxed);
-        }
-    }
-
     /// Locks held across `fork()`, released in parent and child.
     pub fn fork_holds(&self) -> Vec<rocmguard_core::pool::PoolHold<'_>> {
         self.existing_pools().map(|(_, p)| p.hold()).collect()
@@ -1020,15 +632,6 @@ impl Active {
     }
 }
 
-/// Why the cap refused an allocation: each is logged once per device.
-#[derive(Clone, Copy)]
-enum Refusal {
-    /// The request fits under the cap, but not with what the program already holds.
-    OverCap = 0,
-    /// The request alone is larger than the cap (every cap of 0 refuses so).
-    LargerThanCap = 1,
-}
-
 /// A `GetProcAddress` answer (`code`, the function at `*pfn`), replaced by our hook where the
 /// name is hooked.
 ///
@@ -1042,61 +645,4 @@ pub unsafe fn hooked_answer(code: i32, symbol: *const c_char, pfn: *mut *mut c_v
         }
     }
     code
-}
-
-/// The default stream: null, or CUDA's `cudaStreamLegacy` handle (1), which it stands for.
-fn is_default_stream(stream: *mut c_void) -> bool {
-    stream as usize <= 1
-}
-
-/// A device attribute holding the total memory, capped the way the runtime encodes it (bytes
-/// clamped or truncated to `int`, or MiB), given the real total.
-pub fn capped_attribute(
-    value: i32,
-    cap: impl Fn(u64) -> u64,
-    real_total: impl Fn() -> Option<u64>,
-) -> i32 {
-    let total = match real_total() {
-        Some(t) => t,
-        None => return value,
-    };
-    let capped = cap(total);
-    if capped >= total {
-        value
-    } else if value == i32::MAX && total > i32::MAX as u64 {
-        capped.min(i32::MAX as u64) as i32
-    } else if value == total as i32 {
-        capped as i32
-    } else if value as i64 == (total >> 20) as i64 {
-        (capped >> 20) as i32
-    } else {
-        value
-    }
-}
-
-/// After a pooled allocation succeeded: if one of our device calls failed on the way (and we
-/// recovered), clear that error from the runtime and keep what was pending before it.
-fn settle_errors(api: &Api) {
-    if let Some(before) = PENDING_BEFORE.with(|c| c.take()) {
-        // SAFETY: no arguments.
-        unsafe { (api.get_last_error)() };
-        if before != SUCCESS {
-            SHADOW_ERROR.with(|c| c.set(before));
-        }
-    }
-}
-
-/// `GetLastError` as the program should see it: the runtime's, else one we hold for it.
-pub fn last_error(real: i32, reset: bool) -> i32 {
-    SHADOW_ERROR.with(|c| {
-        let shadow = c.get();
-        if reset {
-            c.set(SUCCESS);
-        }
-        if real != SUCCESS {
-            real
-        } else {
-            shadow
-        }
-    })
 }

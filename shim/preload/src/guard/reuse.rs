@@ -1,0 +1,119 @@
+//! Reuse of freed blocks: while all the program's work is in one stream's order a freed block
+//! is free at once; after that, blocks wait for a device synchronize, which the reclaimer
+//! thread makes in the background. Stream captures, during which nothing may synchronize.
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+
+use super::{Active, SUCCESS};
+use crate::log;
+
+impl Active {
+    /// The program showed work outside one stream's order (`why`): from now on freed blocks
+    /// wait for a synchronize, and blocks freed in order so far become free for any stream
+    /// after one synchronize per device, before the caller hands the new stream out.
+    pub fn leave_in_order(&'static self, why: std::fmt::Arguments) {
+        if !self.in_order.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        for (_, pool) in self.existing_pools() {
+            pool.reclaim();
+        }
+        self.start_reclaimer();
+        log::info(format_args!(
+            "{}: the program {}; freed blocks now wait for a device synchronize before reuse",
+            self.face.name, why
+        ));
+    }
+
+    /// Starts the thread that releases freed blocks in the background, once, where configured
+    /// and needed (blocks wait in quarantine only once work is out of one order).
+    pub(super) fn start_reclaimer(&'static self) {
+        if !self.config.reclaim || self.existing_pools().next().is_none() {
+            return;
+        }
+        self.reclaimer.get_or_init(|| {
+            let spawned = std::thread::Builder::new()
+                .name("rocmguard-reclaim".into())
+                .spawn(move || self.reclaim_loop());
+            if spawned.is_err() {
+                log::warn(format_args!(
+                    "no background reclaim thread; freed blocks are reused after synchronizes on demand"
+                ));
+            }
+        });
+    }
+
+    /// While freed blocks wait in a pool's quarantine, synchronizes the device (from this
+    /// thread, so the program's threads do not stall) and releases them. Stops at exit.
+    pub(super) fn reclaim_loop(&'static self) {
+        crate::process::reclaimer_started();
+        loop {
+            let mut synced = false;
+            for (_, pool) in self.existing_pools() {
+                if !pool.has_quarantine() || self.capture_active() {
+                    continue;
+                }
+                let _permit = match crate::process::reclaim_permit() {
+                    Some(p) => p,
+                    None => return,
+                };
+                let _gate = self.sync_gate.read().unwrap_or_else(|e| e.into_inner());
+                synced |= pool.reclaim();
+            }
+            if !synced {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// Runs the program's own device synchronize, and lets the pool reuse what was freed
+    /// before it.
+    pub fn synchronize(&self, call: impl FnOnce() -> i32) -> i32 {
+        let device = self.current_device().unwrap_or(0);
+        let pool = self.pools.get(device as usize).and_then(|c| c.get());
+        let mark = pool.map(|p| p.quarantine_mark());
+        let code = call();
+        if let (SUCCESS, Some(p), Some(m)) = (code, pool, mark) {
+            p.synchronized(m);
+        }
+        code
+    }
+
+    /// The device was reset: its memory is gone, so is our pool's bookkeeping of it.
+    pub fn device_reset(&self) {
+        let device = self.current_device().unwrap_or(0);
+        if let Some(p) = self.pools.get(device as usize).and_then(|c| c.get()) {
+            p.forget_all();
+        }
+        self.external
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, (d, _)| *d != device);
+    }
+
+    pub fn capture_began(&self, stream: usize) {
+        self.capturing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(stream);
+        self.captures.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn capture_ended(&self, stream: usize) {
+        let mut c = self.capturing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = c.iter().position(|&s| s == stream) {
+            c.swap_remove(i);
+            self.captures.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    pub fn capture_active(&self) -> bool {
+        self.captures.load(Ordering::Acquire) > 0
+    }
+}
+
+/// The default stream: null, or CUDA's `cudaStreamLegacy` handle (1), which it stands for.
+pub(super) fn is_default_stream(stream: *mut c_void) -> bool {
+    stream as usize <= 1
+}

@@ -1,0 +1,178 @@
+//! The pool's view of one device through the real runtime: plain allocations, virtual memory,
+//! memory queries and synchronization, each a real call on the device the pool belongs to.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use rocmguard_core::{DeviceSource, SourceError};
+
+use super::errors::keep_pending;
+use super::{Api, OUT_OF_MEMORY, SUCCESS};
+use crate::log;
+use crate::vmm::Vmm;
+
+/// The pool's view of one device through the real runtime.
+pub struct Source {
+    pub(super) device: i32,
+    /// An integrated GPU, whose figures the unified-memory view replaces.
+    pub(super) integrated: bool,
+    pub(super) api: Api,
+    pub(super) captures: &'static AtomicUsize,
+    /// Whether all the program's work is still in one order (see [`Active::leave_in_order`]).
+    pub(super) in_order: &'static AtomicBool,
+    /// Virtual memory for the pool's virtual segments, if the device offers it.
+    pub(super) vmm: Option<Vmm>,
+    /// The cap, shared with the `ROCMGUARD_GROUP` this process is in (if any): device memory
+    /// is taken from the group before the runtime is asked for it.
+    pub(super) group_cap: u64,
+}
+
+impl Source {
+    /// Runs one virtual memory call with the device current (the CUDA driver needs its
+    /// context). A failure other than out-of-memory is logged once: the pool then keeps to
+    /// plain segments, or passes the code on.
+    fn virtual_call<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&Vmm) -> Result<T, i32>,
+    ) -> Result<T, SourceError> {
+        let vmm = self.vmm.as_ref().ok_or(SourceError::NOT_SUPPORTED)?;
+        let mut current = self.device;
+        // SAFETY: real runtime calls with valid out-pointers.
+        let before = unsafe {
+            let before = (self.api.peek_last_error)();
+            (self.api.get_device)(&mut current);
+            (self.api.set_device)(self.device);
+            before
+        };
+        let r = f(vmm);
+        if current != self.device {
+            unsafe { (self.api.set_device)(current) };
+        }
+        r.map_err(|code| {
+            keep_pending(before);
+            if code != OUT_OF_MEMORY && !VMM_WARNED.swap(true, Ordering::Relaxed) {
+                log::warn(format_args!(
+                    "dev{}: virtual memory {} failed with code {}; plain segments from now on where it matters",
+                    self.device, what, code
+                ));
+            }
+            source_error(code)
+        })
+    }
+
+    /// Runs `f` with `self.device` current, restoring the caller's device.
+    pub(super) fn on_device<T>(&self, f: impl FnOnce() -> T) -> T {
+        let mut current = self.device;
+        // SAFETY: real runtime calls with valid out-pointers.
+        unsafe { (self.api.get_device)(&mut current) };
+        if current == self.device {
+            return f();
+        }
+        unsafe { (self.api.set_device)(self.device) };
+        let r = f();
+        unsafe { (self.api.set_device)(current) };
+        r
+    }
+}
+
+pub(super) fn source_error(code: i32) -> SourceError {
+    SourceError {
+        code,
+        out_of_memory: code == OUT_OF_MEMORY,
+    }
+}
+
+impl DeviceSource for Source {
+    fn alloc(&self, size: u64) -> Result<u64, SourceError> {
+        if !crate::group::reserve(self.device, size, self.group_cap) {
+            return Err(source_error(OUT_OF_MEMORY));
+        }
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: real runtime calls with valid out-pointers.
+        let before = unsafe { (self.api.peek_last_error)() };
+        let code = unsafe { (self.api.malloc)(&mut p, size as usize) };
+        if code != SUCCESS {
+            crate::group::release(self.device, size);
+            keep_pending(before);
+            return Err(source_error(code));
+        }
+        Ok(p as u64)
+    }
+
+    fn free(&self, addr: u64, size: u64) -> Result<(), SourceError> {
+        // SAFETY: addr came from the runtime's malloc.
+        match unsafe { (self.api.free)(addr as *mut c_void) } {
+            SUCCESS => {
+                crate::group::release(self.device, size);
+                Ok(())
+            }
+            code => Err(source_error(code)),
+        }
+    }
+
+    fn mem_info(&self) -> Result<(u64, u64), SourceError> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        match self.on_device(|| unsafe { (self.api.mem_get_info)(&mut free, &mut total) }) {
+            SUCCESS => {
+                let (free, total) = (free as u64, total as u64);
+                Ok((
+                    crate::uma::device_free(free, total, self.integrated),
+                    crate::uma::device_total(total, self.integrated),
+                ))
+            }
+            code => Err(source_error(code)),
+        }
+    }
+
+    fn synchronize(&self) -> Result<(), SourceError> {
+        // SAFETY: no arguments.
+        match self.on_device(|| unsafe { (self.api.synchronize)() }) {
+            SUCCESS => Ok(()),
+            code => Err(source_error(code)),
+        }
+    }
+
+    fn may_synchronize(&self) -> bool {
+        self.captures.load(Ordering::Acquire) == 0
+    }
+
+    fn in_order(&self) -> bool {
+        self.in_order.load(Ordering::Acquire)
+    }
+
+    fn has_virtual_memory(&self) -> bool {
+        self.vmm.is_some()
+    }
+
+    fn reserve(&self, size: u64) -> Result<u64, SourceError> {
+        self.virtual_call("reserve", |v| v.reserve(size))
+    }
+
+    fn unreserve(&self, addr: u64, size: u64) -> Result<(), SourceError> {
+        self.virtual_call("address free", |v| v.unreserve(addr, size))
+    }
+
+    fn map(&self, addr: u64, size: u64, chunk: u64) -> Result<Vec<u64>, SourceError> {
+        if !crate::group::reserve(self.device, size, self.group_cap) {
+            return Err(source_error(OUT_OF_MEMORY));
+        }
+        let mapped = self.virtual_call("map", |v| v.map(addr, size, chunk));
+        if mapped.is_err() {
+            crate::group::release(self.device, size);
+        }
+        mapped
+    }
+
+    fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
+        let unmapped = self.virtual_call("unmap", |v| v.unmap(addr, size, token));
+        if unmapped.is_ok() {
+            crate::group::release(self.device, size);
+        }
+        unmapped
+    }
+}
+
+/// Whether a virtual memory failure was logged.
+static VMM_WARNED: AtomicBool = AtomicBool::new(false);
