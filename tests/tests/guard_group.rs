@@ -230,3 +230,279 @@ fn a_corrupted_file_of_a_live_member_is_refused_not_trusted() {
     assert!(path.exists(), "a live member's file is left alone");
     drop(held);
 }
+
+/// A member driven line by line (`guard_group ctl`), so a test decides who allocates when.
+struct Ctl {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+impl Ctl {
+    fn start(runtime: &Path, group: &str) -> Ctl {
+        let mut child = guarded_command(exe())
+            .arg("ctl")
+            .env("ROCMGUARD_GROUP", group)
+            .env("ROCMGUARD_VRAM_LIMIT", "2GiB")
+            .env("XDG_RUNTIME_DIR", runtime)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        read_until(&mut out, "ready");
+        Ctl { child, out }
+    }
+
+    /// Sends one command; its answer's number.
+    fn ask(&mut self, command: &str) -> u64 {
+        writeln!(self.child.stdin.as_mut().unwrap(), "{}", command).unwrap();
+        let verb = command.split(' ').next().unwrap();
+        value(&read_until(&mut self.out, verb), verb)
+    }
+
+    /// Ends input, checks the exit, returns stderr.
+    fn finish(mut self) -> String {
+        drop(self.child.stdin.take());
+        let mut err = String::new();
+        std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(self.child.wait().unwrap().success(), "{}", err);
+        err
+    }
+}
+
+/// What the members' files say the group holds on device 0, read under the group's lock as the
+/// members read them. Every file must be whole.
+fn group_total(dir: &Path) -> u64 {
+    let Ok(lock) = std::fs::File::open(dir.join("lock")) else {
+        return 0;
+    };
+    lock.lock().unwrap();
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        if entry.file_name() == "lock" {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        let held = rocmguard_core::group::parse(&text)
+            .unwrap_or_else(|e| panic!("{}: {}: {:?}", entry.path().display(), e, text));
+        total += rocmguard_core::group::on(&held, 0);
+    }
+    total
+}
+
+#[test]
+fn eight_members_at_random_never_pass_the_group_cap_and_end_exact() {
+    const MIB: u64 = 1 << 20;
+    let runtime = tempfile::tempdir().unwrap();
+    let group = "eight";
+    let dir = private_group_dir(runtime.path(), group);
+    let members: Vec<Ctl> = (0..8).map(|_| Ctl::start(runtime.path(), group)).collect();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (done, dir) = (done.clone(), dir.clone());
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let total = group_total(&dir);
+                assert!(total <= 2 * GIB, "the group holds {} MiB", total / MIB);
+                most = most.max(total);
+            }
+            most
+        })
+    };
+    let workers: Vec<_> = members
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut m)| {
+            std::thread::spawn(move || {
+                let mut seed = 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1);
+                let mut next = move || {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed
+                };
+                let (mut live, mut refused) = (Vec::new(), 0);
+                for _ in 0..60 {
+                    if live.is_empty() || next() % 3 != 0 {
+                        let bytes = (next() % 384 + 32) * MIB;
+                        match m.ask(&format!("alloc {}", bytes)) {
+                            0 => live.push(bytes),
+                            2 => refused += 1,
+                            code => panic!("hipMalloc gave {}", code),
+                        }
+                    } else {
+                        let i = (next() % live.len() as u64) as usize;
+                        assert_eq!(m.ask(&format!("free {}", i)), 0);
+                        live.swap_remove(i);
+                    }
+                    if next() % 8 == 0 {
+                        assert_eq!(m.ask("trim"), 0);
+                    }
+                }
+                (m, live, refused)
+            })
+        })
+        .collect();
+    let mut members = Vec::new();
+    let mut refusals = 0;
+    for w in workers {
+        let (m, live, refused) = w.join().unwrap();
+        refusals += refused;
+        members.push((m, live));
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = watcher.join().unwrap();
+    assert!(
+        refusals > 0,
+        "the cap was never reached: the test proves nothing"
+    );
+    assert!(
+        most > GIB,
+        "the group never held more than {} MiB",
+        most / MIB
+    );
+
+    // Idle: the files cover what the members hold, and never more than the cap.
+    let live: u64 = members.iter().map(|(_, l)| l.iter().sum::<u64>()).sum();
+    let total = group_total(&dir);
+    assert!(
+        live <= total && total <= 2 * GIB,
+        "live {} total {}",
+        live,
+        total
+    );
+    // Everything freed and trimmed: the group holds exactly nothing, and one member can
+    // have the whole cap.
+    for (m, l) in &mut members {
+        for _ in 0..l.len() {
+            assert_eq!(m.ask("free 0"), 0);
+        }
+        assert_eq!(m.ask("trim"), 0);
+    }
+    assert_eq!(group_total(&dir), 0);
+    assert_eq!(members[0].0.ask(&format!("alloc {}", 2 * GIB)), 0);
+    for (m, _) in members {
+        let err = m.finish();
+        assert!(!err.contains("group file"), "{}", err);
+    }
+}
+
+/// A file a live member would hold (this test holds its lock) claiming 1.5 GiB, which the
+/// group must not believe: the member still gets 1.5 GiB under its own share of the cap and
+/// says once why the file was refused.
+fn refused_once(name: &str, text: &str, mode: u32, owner: Option<u32>, why: &str) {
+    let runtime = tempfile::tempdir().unwrap();
+    let dir = private_group_dir(runtime.path(), name);
+    let path = dir.join("999997");
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    if let Some(uid) = owner {
+        std::os::unix::fs::chown(&path, Some(uid), Some(uid)).unwrap();
+    }
+    let held = std::fs::File::open(&path).unwrap();
+    held.lock().unwrap();
+
+    let mut m = Ctl::start(runtime.path(), name);
+    assert_eq!(
+        m.ask(&format!("alloc {}", 3 * GIB / 2)),
+        0,
+        "{}: the file was believed",
+        name
+    );
+    assert_eq!(
+        m.ask(&format!("alloc {}", GIB)),
+        2,
+        "{}: the cap still holds",
+        name
+    );
+    let err = m.finish();
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("group file")).collect();
+    assert_eq!(said.len(), 1, "{}: said once: {}", name, err);
+    assert!(
+        said[0].contains(why),
+        "{}: `{}` does not say `{}`",
+        name,
+        said[0],
+        why
+    );
+    assert!(path.exists(), "a live member's file is left alone");
+}
+
+#[test]
+fn truncated_changed_or_foreign_files_are_refused_not_trusted() {
+    let good = rocmguard_core::group::render(&[3 * GIB / 2]);
+    refused_once(
+        "truncated",
+        &good[..good.len() - 3],
+        0o600,
+        None,
+        "truncated",
+    );
+    refused_once(
+        "cut-at-line",
+        &good[..good.find("end").unwrap()],
+        0o600,
+        None,
+        "truncated",
+    );
+    let changed = good.replacen("1610612736", "1610612737", 1);
+    refused_once("changed", &changed, 0o600, None, "total does not match");
+    refused_once(
+        "garbage",
+        "\u{0}\u{1}binary\n",
+        0o600,
+        None,
+        "not in rocmguard's group format",
+    );
+    refused_once("readable", &good, 0o644, None, "mode 644");
+    // Another user's file: only root can make one, as CI's machine is.
+    let uid = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    if uid.ok() == Some(0) {
+        refused_once("foreign", &good, 0o600, Some(65534), "owner 65534");
+    } else {
+        eprintln!("not root: another user's file is not tried here");
+    }
+}
+
+#[test]
+fn rocmguard_stats_shows_who_holds_the_group_cap() {
+    let runtime = tempfile::tempdir().unwrap();
+    let group = "shown";
+    private_group_dir(runtime.path(), group);
+    let mut holder = member(
+        exe(),
+        runtime.path(),
+        group,
+        &["hold".into(), GIB.to_string()],
+    );
+    read_until(&mut BufReader::new(holder.stdout.take().unwrap()), "held");
+    let mut idle = Ctl::start(runtime.path(), group);
+    assert_eq!(
+        idle.ask("info"),
+        GIB,
+        "the idle member sees the group's 1 GiB left"
+    );
+
+    let out = rocmguard_tests::output(
+        rocmguard_tests::cli_command()
+            .arg("stats")
+            .env("XDG_RUNTIME_DIR", runtime.path()),
+    );
+    let text = rocmguard_tests::text(&out);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let idle_pid = idle.child.id();
+    idle.finish();
+    assert!(text.contains("group shown: 2 live members"), "{}", text);
+    let line = |pid: u32| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{} ", pid)))
+            .unwrap_or_else(|| panic!("no line for pid {}: {}", pid, text))
+            .to_string()
+    };
+    assert!(line(holder.id()).contains("dev0 1.00 GiB"), "{}", text);
+    assert!(line(idle_pid).contains("no device memory"), "{}", text);
+    assert!(text.contains("together  dev0 1.00 GiB"), "{}", text);
+}

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use rocmguard_core::group;
 use rocmguard_core::live::{self, Record};
 use rocmguard_core::{format_size, Stats};
 
@@ -91,7 +92,7 @@ fn frame(dir: &Path, pid: Option<u32>) -> Result<String, String> {
                     dir.display()
                 )
             }),
-        None => Ok(list_view(&live::list_in(dir), now, dir)),
+        None => Ok(list_view(&live::list_in(dir), now, dir) + &groups_view(&group_base())),
     }
 }
 
@@ -167,6 +168,92 @@ fn process_view(r: &Record, now: SystemTime, dir: &Path) -> String {
         out.push_str("no device memory allocated yet\n");
     } else {
         out.push_str(&Stats::table(&r.devices));
+    }
+    out
+}
+
+/// Where this user's groups live, as the shim finds them (`rocmguard_core::group::base_dir`).
+fn group_base() -> std::path::PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
+    group::base_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid)
+}
+
+/// Each `ROCMGUARD_GROUP` of this user with live members: who holds what of the shared cap.
+/// Read under the group's lock, as members read each other; a file whose lock nobody holds
+/// belongs to a dead member and is left out.
+fn groups_view(base: &Path) -> String {
+    let mut groups: Vec<(String, std::path::PathBuf)> = std::fs::read_dir(base)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = group::name_of(e.file_name().to_str()?)?.to_string();
+            Some((name, e.path()))
+        })
+        .collect();
+    groups.sort();
+    let mut out = String::new();
+    for (name, dir) in groups {
+        let lock = std::fs::File::open(dir.join("lock"));
+        if let Ok(lock) = &lock {
+            let _ = lock.lock_shared();
+        }
+        let mut members = Vec::new();
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(file) = std::fs::File::open(entry.path()) else {
+                continue;
+            };
+            if file.try_lock_shared().is_ok() {
+                continue; // nobody holds it: a dead member's
+            }
+            let text = std::io::read_to_string(&file).unwrap_or_default();
+            members.push((pid, group::parse(&text)));
+        }
+        drop(lock);
+        if members.is_empty() {
+            continue;
+        }
+        members.sort_by_key(|(pid, _)| *pid);
+        out.push_str(&format!(
+            "\ngroup {}: {} live member{} ({})\n",
+            name,
+            members.len(),
+            if members.len() == 1 { "" } else { "s" },
+            dir.display()
+        ));
+        let mut totals = [0u64; group::MAX_DEVICES];
+        for (pid, held) in &members {
+            let text = match held {
+                Ok(held) if held.is_empty() => "no device memory".to_string(),
+                Ok(held) => held
+                    .iter()
+                    .map(|(d, b)| {
+                        totals[*d] = totals[*d].saturating_add(*b);
+                        format!("dev{} {}", d, format_size(*b))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                Err(why) => format!("file refused: {}", why),
+            };
+            out.push_str(&format!("{:>9}  {}\n", pid, text));
+        }
+        let total = totals
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b > 0)
+            .map(|(d, b)| format!("dev{} {}", d, format_size(*b)))
+            .collect::<Vec<_>>();
+        if !total.is_empty() {
+            out.push_str(&format!("{:>9}  {}\n", "together", total.join(", ")));
+        }
     }
     out
 }

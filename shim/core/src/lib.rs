@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod counting;
+pub mod group;
 mod hash;
 pub mod live;
 pub mod pool;

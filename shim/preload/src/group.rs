@@ -1,9 +1,8 @@
 //! `ROCMGUARD_GROUP`: processes of one user that name the same group share one cap per device.
 //!
-//! The group is a directory private to the user (`$XDG_RUNTIME_DIR/rocmguard/group-NAME`, else
-//! `/tmp/rocmguard-UID/group-NAME`; 0700, owned by the user, never through a link) holding one
-//! file per process, named by its pid, with the device memory it holds:
-//! `rocmguard-group 1\n<device> <bytes>\n...`. Each process holds an exclusive `flock` on its
+//! The group is a directory private to the user (`rocmguard_core::group::dir`; 0700, owned by
+//! the user, never through a link) holding one file per process, named by its pid, with the
+//! device memory it holds (`rocmguard_core::group::render`). Each process holds an exclusive `flock` on its
 //! own file for its whole life. The kernel drops that lock when the process dies, however it
 //! dies (SIGKILL included), so a file whose lock another process can take belongs to a dead
 //! process: its share is not counted, and the file is removed. Reserving takes the directory's
@@ -27,8 +26,7 @@ use once_cell::sync::OnceCell;
 
 use crate::log;
 
-const MAGIC: &str = "rocmguard-group 1";
-const MAX_DEVICES: usize = 64;
+use rocmguard_core::group::{self as files, MAX_DEVICES};
 
 /// This process's membership: its locked file and what it holds per device.
 struct Member {
@@ -71,11 +69,8 @@ fn member() -> Option<&'static Member> {
 fn join(name: &str) -> Result<Member, String> {
     // SAFETY: getuid and getpid have no preconditions.
     let (uid, pid) = unsafe { (libc::getuid(), libc::getpid()) };
-    let base = match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) if !d.is_empty() => Path::new(&d).join("rocmguard"),
-        _ => PathBuf::from(format!("/tmp/rocmguard-{}", uid)),
-    };
-    let dir = base.join(format!("group-{}", name));
+    let dir = files::dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid, name);
+    let base = dir.parent().unwrap_or(&dir).to_path_buf();
     for d in [&base, &dir] {
         let _ = std::fs::DirBuilder::new().mode(0o700).create(d);
         private_dir(d, uid)?;
@@ -108,7 +103,8 @@ fn join(name: &str) -> Result<Member, String> {
         mine,
         held: Mutex::new(vec![0; MAX_DEVICES]),
     };
-    member.locked(|_| ());
+    member.write_mine(&[]);
+    flock(&member.lock, libc::LOCK_UN);
     Ok(member)
 }
 
@@ -143,32 +139,12 @@ fn flock(f: &File, op: i32) -> bool {
     unsafe { libc::flock(f.as_raw_fd(), op) == 0 }
 }
 
-/// Parses a member's file: bytes per device, or `None` when it is not in our format.
-pub fn parse(text: &str) -> Option<Vec<(usize, u64)>> {
-    let mut lines = text.lines();
-    if lines.next()? != MAGIC {
-        return None;
-    }
-    lines
-        .map(|l| {
-            let (d, b) = l.split_once(' ')?;
-            let d: usize = d.parse().ok()?;
-            (d < MAX_DEVICES).then_some(())?;
-            Some((d, b.parse().ok()?))
-        })
-        .collect()
-}
-
 /// Why a file was refused, said once per process.
 static REFUSED_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 impl Member {
     fn write_mine(&self, held: &[u64]) {
-        let mut text = String::from(MAGIC);
-        for (d, b) in held.iter().enumerate().filter(|(_, b)| **b > 0) {
-            text.push_str(&format!("\n{} {}", d, b));
-        }
-        text.push('\n');
+        let text = files::render(held);
         // Written under the group's lock only, so no reader sees it half written.
         let mut f = &self.mine;
         let _ = f.set_len(0);
@@ -216,14 +192,9 @@ impl Member {
             if file.read_to_string(&mut text).is_err() {
                 continue;
             }
-            match parse(&text) {
-                Some(held) => {
-                    total = held
-                        .iter()
-                        .filter(|(d, _)| *d == device)
-                        .fold(total, |t, (_, b)| t.saturating_add(*b))
-                }
-                None => self.refuse(&path, "not in rocmguard's group format"),
+            match files::parse(&text) {
+                Ok(held) => total = total.saturating_add(files::on(&held, device)),
+                Err(why) => self.refuse(&path, why),
             }
         }
         total
@@ -280,25 +251,5 @@ pub fn others_use(device: i32) -> u64 {
     match member() {
         Some(m) => m.locked(|_| m.others((device as usize).min(MAX_DEVICES - 1))),
         None => 0,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse;
-
-    #[test]
-    fn parses_only_its_own_format() {
-        assert_eq!(
-            parse("rocmguard-group 1\n0 1024\n3 5\n"),
-            Some(vec![(0, 1024), (3, 5)])
-        );
-        assert_eq!(parse("rocmguard-group 1\n"), Some(vec![]));
-        assert_eq!(parse("rocmguard-group 2\n0 1\n"), None);
-        assert_eq!(parse("rocmguard-group 1\n0 -1\n"), None);
-        assert_eq!(parse("rocmguard-group 1\n99 1\n"), None);
-        assert_eq!(parse("rocmguard-group 1\n0 1"), Some(vec![(0, 1)]));
-        assert_eq!(parse("garbage"), None);
-        assert_eq!(parse(""), None);
     }
 }
