@@ -38,7 +38,8 @@ def role_expandable():
     except torch.OutOfMemoryError:
         refused = True
     c = torch.ones(GiB, dtype=torch.uint8, device="cuda")
-    after = int(c.sum().item()) == GiB
+    # min, not sum: a uint8 sum widens to int64 and would need 8 GiB of its own.
+    after = int(c.min().item()) == 1
     del a
     ok = counted and refused and after
     print(f"free {free / GiB:.2f} of {total / GiB:.2f} GiB with 2 GiB held; 6 GiB refused: {refused}; 1 GiB after: {after}")

@@ -34,6 +34,8 @@ hipError_t hipMemAllocPitch(void** ptr, size_t* pitch, size_t width, size_t heig
                             unsigned int element_size);
 hipError_t hipMemGetAddressRange(void** base, size_t* size, void* ptr);
 hipError_t hipMemPtrGetInfo(void* ptr, size_t* size);
+hipError_t hipMemGetAccess(unsigned long long* flags, const Location* location, void* ptr);
+hipError_t hipDeviceEnablePeerAccess(int peer, unsigned int flags);
 
 static size_t free_now(void) {
     size_t free_b = 0, total_b = 0;
@@ -147,7 +149,38 @@ static void pitched(void) {
     printf("pitch_all_back %d\n", free_now() == before);
 }
 
+/* What device 1 may do with pooled memory of device 0 (hipMemGetAccess, 0 none, 3 read-write)
+ * before and after device 1 enables peer access to device 0, for a block made before the
+ * enable and one made after (in memory mapped later). Two simulated devices. */
+static void peer(void) {
+    Location one = {1, 1};
+    unsigned long long flags = 99;
+    void *before = NULL, *after = NULL;
+    OK(hipSetDevice(0));
+    OK(hipMalloc(&before, 64 * MiB));
+    OK(hipMemGetAccess(&flags, &one, before));
+    printf("peer_before_enable %llu\n", flags);
+    OK(hipSetDevice(1));
+    printf("enable %d\n", hipDeviceEnablePeerAccess(0, 0));
+    printf("enable_again %d\n", hipDeviceEnablePeerAccess(0, 0));
+    OK(hipSetDevice(0));
+    OK(hipMemGetAccess(&flags, &one, before));
+    printf("peer_existing %llu\n", flags);
+    OK(hipMalloc(&after, 700 * MiB));
+    OK(hipMemGetAccess(&flags, &one, (char*)after + 650 * MiB));
+    printf("peer_later %llu\n", flags);
+    Location zero = {1, 0};
+    OK(hipMemGetAccess(&flags, &zero, after));
+    printf("own_later %llu\n", flags);
+    OK(hipFree(before));
+    OK(hipFree(after));
+}
+
 int main(int argc, char** argv) {
+    if (argc > 1 && strcmp(argv[1], "peer") == 0) {
+        peer();
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "pitched") == 0) {
         pitched();
     } else if (argc > 1 && strcmp(argv[1], "queries") == 0) {

@@ -262,3 +262,26 @@ fn a_device_failing_set_access_gets_plain_segments_from_the_start() {
         stderr
     );
 }
+
+#[test]
+fn peer_access_reaches_pooled_virtual_memory_made_before_and_after() {
+    let s = guarded(&["peer"], &[("HIPSIM_DEVICES", "2")]);
+    assert_eq!(
+        num(&s, "peer_before_enable"),
+        0,
+        "no access before the enable"
+    );
+    assert_eq!(num(&s, "enable"), 0);
+    assert_eq!(
+        num(&s, "enable_again"),
+        704,
+        "the runtime's own answer reaches the program"
+    );
+    assert_eq!(
+        num(&s, "peer_existing"),
+        3,
+        "pieces mapped before the enable"
+    );
+    assert_eq!(num(&s, "peer_later"), 3, "pieces mapped after the enable");
+    assert_eq!(num(&s, "own_later"), 3);
+}

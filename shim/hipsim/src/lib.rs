@@ -7,7 +7,8 @@
 //! ROCm's argument checks and error codes, the implicit device synchronize of `hipFree`,
 //! streams with queued work, stream capture and what invalidates it, the sticky per-thread last
 //! error of ROCm 7, `hipGetProcAddress` resolving to its own exports, APU memory misreporting,
-//! injected faults, virtual memory management (reserve, create, map, set access; Linux only),
+//! injected faults, virtual memory management (reserve, create, map, set access, get access;
+//! Linux only), peer access between simulated devices,
 //! address-range queries (`hipMemGetAddressRange`, `hipMemPtrGetInfo`), pitched allocations,
 //! and versioned exports (`hip_4.2`, `hip_5.1`, ...) like the real library.
 //! Knobs are `HIPSIM_*` environment variables (see `config`).
@@ -15,7 +16,7 @@
 //! Layout: `api` holds the exports and nothing else; `state` the locked process state and
 //! counters; `memory` allocations and faults; `streams` streams, pools and capture; `work` the
 //! queue of simulated GPU work; `props` device properties; `error` codes and the last error;
-//! `vmm` the virtual memory calls; `pitch` the pitched allocations (exports and their checks);
+//! `vmm` the virtual memory calls; `peer` peer access and `hipMemGetAccess`; `pitch` the pitched allocations (exports and their checks);
 //! `sys` the platform-specific parts (mmap or VirtualAlloc, memfd mappings, own-symbol lookup).
 
 /// Declares one exported HIP entry point and binds it to its ROCm version node with `.symver`
@@ -43,6 +44,7 @@ mod api;
 mod config;
 mod error;
 mod memory;
+mod peer;
 mod pitch;
 mod props;
 mod state;

@@ -455,6 +455,36 @@ pub unsafe fn set_access(
     })
 }
 
+/// `hipMemGetAccess`: what device `location` may do at `ptr`, which must lie in a mapping
+/// (clr `hip_vm.cpp`: a null argument or an address that is not mapped is
+/// `hipErrorInvalidValue`).
+pub unsafe fn get_access(
+    flags: *mut u64,
+    location: *const MemLocation,
+    ptr: *mut c_void,
+) -> HipResult {
+    begin()?;
+    if flags.is_null() || location.is_null() || ptr.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    let location = *location;
+    state::with(|s| {
+        if location.kind != LOCATION_DEVICE || !valid_device(s, location.id) {
+            return Err(INVALID_VALUE);
+        }
+        let at = ptr as usize;
+        let (_, mapping) = s
+            .vmm
+            .mappings
+            .range(..=at)
+            .next_back()
+            .filter(|(&start, m)| at < start + m.size)
+            .ok_or(INVALID_VALUE)?;
+        *flags = mapping.access[location.id as usize] as u64;
+        Ok(())
+    })
+}
+
 /// `hipMemUnmap`: `[ptr, ptr + size)` must be whole mappings without gaps. Waits first for the
 /// queued work of the devices that may use them, as ROCm synchronizes their streams.
 pub unsafe fn unmap(ptr: *mut c_void, size: usize) -> HipResult {

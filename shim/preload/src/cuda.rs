@@ -223,8 +223,8 @@ hooks! {
     }
 
     [""] fn cudaDeviceEnablePeerAccess(peer: c_int, flags: c_uint) -> i32 |pass| {
-        let _ = (peer, flags);
-        CUDA.peer_access(pass)
+        let _ = flags;
+        CUDA.peer_access(peer, pass)
     }
 
     [""] fn cudaStreamBeginCapture(stream: Stream, mode: c_int) -> i32 |pass| {

@@ -242,8 +242,8 @@ hooks! {
     }
 
     ["hip_4.2"] fn hipDeviceEnablePeerAccess(peer: c_int, flags: c_uint) -> i32 |pass| {
-        let _ = (peer, flags);
-        HIP.peer_access(pass)
+        let _ = flags;
+        HIP.peer_access(peer, pass)
     }
 
     ["hip_4.2"] fn hipStreamBeginCapture(stream: Stream, mode: c_int) -> i32 |pass| {

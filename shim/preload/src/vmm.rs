@@ -108,10 +108,26 @@ impl Vmm {
         check(unsafe { (self.address_free)(addr, size as usize) })
     }
 
+    /// Makes `[addr, addr + size)` read-write for its own device and for each device in the
+    /// bit set `peers` (those the program enabled peer access for), with one call.
+    pub fn grant(&self, addr: u64, size: u64, peers: u64) -> Result<(), i32> {
+        let own = self.prop().location;
+        let descs: Vec<AccessDesc> = std::iter::once(own.id)
+            .chain((0..64).filter(|d| peers >> d & 1 == 1 && *d != own.id))
+            .map(|id| AccessDesc {
+                location: Location { id, ..own },
+                flags: ACCESS_READ_WRITE,
+            })
+            .collect();
+        // SAFETY: a mapped range of ours and `descs.len()` descriptors.
+        check(unsafe { (self.set_access)(addr, size as usize, descs.as_ptr(), descs.len()) })
+    }
+
     /// Creates device memory for `[addr, addr + size)` in pieces of `chunk` bytes, maps them
-    /// and makes the whole range read-write with one call (the costly one); returns each
-    /// piece's handle. Undoes what it did when a step fails.
-    pub fn map(&self, addr: u64, size: u64, chunk: u64) -> Result<Vec<u64>, i32> {
+    /// and makes the whole range read-write (for the device and `peers`, see [`Vmm::grant`])
+    /// with one call (the costly one); returns each piece's handle. Undoes what it did when a
+    /// step fails.
+    pub fn map(&self, addr: u64, size: u64, chunk: u64, peers: u64) -> Result<Vec<u64>, i32> {
         let mut handles: Vec<(u64, usize, u64)> = Vec::new();
         let mut result = Ok(());
         let mut at = addr;
@@ -132,12 +148,7 @@ impl Vmm {
             at += n as u64;
         }
         if result.is_ok() {
-            let access = AccessDesc {
-                location: self.prop().location,
-                flags: ACCESS_READ_WRITE,
-            };
-            // SAFETY: the range was just mapped, piece by piece; one descriptor.
-            result = check(unsafe { (self.set_access)(addr, size as usize, &access, 1) });
+            result = self.grant(addr, size, peers);
         }
         match result {
             Ok(()) => Ok(handles.into_iter().map(|(_, _, h)| h).collect()),
@@ -167,7 +178,7 @@ impl Vmm {
 
     fn probe_range(&self, addr: u64, size: u64) -> Result<(), (&'static str, i32)> {
         let handles = self
-            .map(addr, size, size)
+            .map(addr, size, size, 0)
             .map_err(|c| ("create, map or set access", c))?;
         let written: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
         let mut read = vec![0u8; written.len()];

@@ -195,6 +195,16 @@ impl<S: DeviceSource> Pool<S> {
             .any(|s| s.addr == addr && s.pages.is_none())
     }
 
+    /// Runs `f` on each piece of device memory mapped in the pool's virtual segments, as
+    /// `(addr, size)`, with the pool locked: no piece is mapped or given back meanwhile, so a
+    /// setting the source applies to new pieces from before this call reaches every piece.
+    pub fn for_each_mapping(&self, mut f: impl FnMut(u64, u64)) {
+        let st = self.lock();
+        for m in st.mappings.iter() {
+            f(m.addr, m.size);
+        }
+    }
+
     /// The live block that `addr` points into, its start or any byte the program asked for:
     /// `(start, size asked for)`, how the runtime describes its own allocations to
     /// `hipMemGetAddressRange`. `None` when no live block of this pool holds `addr`.

@@ -275,6 +275,11 @@ impl Mappings {
         self.runs.iter().all(|m| m.is_none())
     }
 
+    /// Every live mapping.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Mapping> {
+        self.runs.iter().flatten()
+    }
+
     pub(crate) fn get(&self, i: u32) -> &Mapping {
         self.runs[i as usize]
             .as_ref()

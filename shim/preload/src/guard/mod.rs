@@ -33,6 +33,8 @@ pub const SUCCESS: i32 = 0;
 pub const OUT_OF_MEMORY: i32 = 2;
 /// `hip`/`cudaErrorSharedObjectSymbolNotFound`: the runtime function could not be found.
 pub const SYMBOL_NOT_FOUND: i32 = 302;
+/// `hipErrorPeerAccessAlreadyEnabled` / `cudaErrorPeerAccessAlreadyEnabled`.
+const PEER_ACCESS_ALREADY_ENABLED: i32 = 704;
 
 const MAX_DEVICES: usize = 64;
 
@@ -92,6 +94,8 @@ pub struct Active {
     /// does, through the driver) do not count: a library keeps its work ordered with the
     /// caller's stream, which PyTorch's own cache relies on too.
     in_order: AtomicBool,
+    /// Per device, the other devices the program enabled peer access to its memory for.
+    peers: Vec<AtomicU64>,
     /// Devices whose cap warning has been printed.
     warned: Vec<AtomicBool>,
     /// Refusals per device and [`Refusal`] situation: the first of each is logged, the rest
@@ -149,6 +153,7 @@ impl Guard {
                     capturing: Mutex::new(Vec::new()),
                     captures: AtomicUsize::new(0),
                     in_order: AtomicBool::new(config.ordered_reuse),
+                    peers: (0..MAX_DEVICES).map(|_| AtomicU64::new(0)).collect(),
                     warned: (0..MAX_DEVICES).map(|_| AtomicBool::new(false)).collect(),
                     refusals: (0..MAX_DEVICES)
                         .map(|_| [AtomicU64::new(0), AtomicU64::new(0)])
@@ -310,11 +315,21 @@ impl Guard {
     }
 
     /// `DeviceEnablePeerAccess`: kernels of one device may now use another's memory.
-    pub fn peer_access(&'static self, pass: impl FnOnce() -> i32) -> i32 {
-        if let Some(a) = self.active() {
+    /// `DeviceEnablePeerAccess(peer)`: the current device may now use `peer`'s memory, so
+    /// every piece of `peer`'s virtual segments, mapped now or later, is made accessible to it
+    /// as the runtime's own allocations are.
+    pub fn peer_access(&'static self, peer: i32, pass: impl FnOnce() -> i32) -> i32 {
+        let active = self.active();
+        if let Some(a) = active {
             a.leave_in_order(format_args!("enabled peer access"));
         }
-        pass()
+        let code = pass();
+        if let (SUCCESS | PEER_ACCESS_ALREADY_ENABLED, Some(a)) = (code, active) {
+            if let Some(d) = a.current_device() {
+                a.grant_peer(peer, d);
+            }
+        }
+        code
     }
 
     pub fn device_synchronize(&'static self, pass: impl FnOnce() -> i32) -> i32 {
@@ -373,6 +388,7 @@ impl Active {
             in_order: &self.in_order,
             vmm: None,
             group_cap: u64::MAX,
+            peers: &self.peers[device as usize],
         };
         // The first runtime call also loads what the virtual memory functions live in.
         let (_, total) = source.mem_info().ok()?;
@@ -572,6 +588,21 @@ impl Active {
     /// Forgets a pass-through allocation once the runtime has freed it.
     pub fn external_free(&self, ptr: *mut c_void) {
         self.external_forget(Handed::Pointer, ptr)
+    }
+
+    /// Lets device `to` use `owner`'s pooled memory (see [`Guard::peer_access`]).
+    fn grant_peer(&'static self, owner: i32, to: i32) {
+        let peers = match self.peers.get(owner as usize) {
+            Some(p) if (0..64).contains(&to) => p,
+            _ => return,
+        };
+        let bit = 1u64 << to;
+        if to == owner || peers.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            return;
+        }
+        if let Some(pool) = self.pools[owner as usize].get() {
+            pool.source().grant_mapped(pool);
+        }
     }
 
     /// Forgets a pass-through pointer or handle once the runtime has freed or released it.

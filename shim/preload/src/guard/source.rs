@@ -2,7 +2,7 @@
 //! memory queries and synchronization, each a real call on the device the pool belongs to.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use rocmguard_core::{DeviceSource, SourceError};
 
@@ -25,6 +25,9 @@ pub struct Source {
     /// The cap, shared with the `ROCMGUARD_GROUP` this process is in (if any): device memory
     /// is taken from the group before the runtime is asked for it.
     pub(super) group_cap: u64,
+    /// Other devices the program enabled peer access to this device's memory for (a bit
+    /// each): every piece of the virtual segments is made accessible to them too.
+    pub(super) peers: &'static AtomicU64,
 }
 
 impl Source {
@@ -59,6 +62,15 @@ impl Source {
             }
             source_error(code)
         })
+    }
+
+    /// Gives the devices in `peers` access to every piece `pool` has mapped now (pieces
+    /// mapped later read `peers` themselves).
+    pub(super) fn grant_mapped(&self, pool: &rocmguard_core::Pool<Source>) {
+        let peers = self.peers.load(Ordering::Acquire);
+        pool.for_each_mapping(|addr, size| {
+            let _ = self.virtual_call("peer access", |v| v.grant(addr, size, peers));
+        });
     }
 
     /// Runs `f` with `self.device` current, restoring the caller's device.
@@ -158,7 +170,8 @@ impl DeviceSource for Source {
         if !crate::group::reserve(self.device, size, self.group_cap) {
             return Err(source_error(OUT_OF_MEMORY));
         }
-        let mapped = self.virtual_call("map", |v| v.map(addr, size, chunk));
+        let peers = self.peers.load(Ordering::Acquire);
+        let mapped = self.virtual_call("map", |v| v.map(addr, size, chunk, peers));
         if mapped.is_err() {
             crate::group::release(self.device, size);
         }
