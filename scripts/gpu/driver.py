@@ -861,12 +861,55 @@ def save(ctx, path):
     tmp.replace(path)
 
 
+def run_script(command, env=None, timeout=300):
+    """Runs one of check 7's programs: (exit status, stdout, stderr). Replaced in the tests."""
+    p = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check_transparency(ctx, gpus):
+    """7. Paths around the pool: expandable segments and a group (transparency.py), IPC of pooled
+    tensors (ipc.py), and a kernel on GPU 1 using GPU 0's pooled memory after peer access."""
+    def lines(command, env=None):
+        rc, out, err = run_script(command, env)
+        (ctx.logs / f"transparency-{Path(command[1]).stem}.log").write_text(out + err)
+        return rc, err, [line.split(" ", 3)[1:] for line in out.splitlines() if line.startswith("CHECK ")]
+
+    rc, err, found = lines([ctx.python, str(HERE / "transparency.py"), "--lib", ctx.lib])
+    for name, status, *figures in found:
+        ctx.row(7, name, status, figures[0] if figures else "")
+    if not found:
+        ctx.row(7, "transparency.py", "FAIL", f"no CHECK line (exit {rc}): {tail(err)}")
+
+    env = dict(os.environ, LD_PRELOAD=ctx.lib, **ctx.settings)
+    rc, err, found = lines([ctx.python, str(HERE / "ipc.py")], env)
+    ctx.row(
+        7,
+        "IPC of pooled tensors (torch.multiprocessing)",
+        "PASS" if found and rc == 0 else "FAIL",
+        f"{' '.join(found[0]) if found else 'no CHECK line'}: wrong data must be 0 (exit {rc})",
+    )
+
+    name = "kernel on GPU 1 using GPU 0's pooled memory after peer access"
+    if gpus < 2:
+        ctx.row(7, name, "SKIP", f"one GPU (nvidia-smi -L lists {gpus})")
+        return
+    exe = ctx.logs / "peer_kernel"
+    rc, _, err = run_script(["nvcc", "-O2", "-o", str(exe), str(HERE / "peer_kernel.cu")])
+    if rc != 0:
+        ctx.row(7, name, "FAIL", f"nvcc: {tail(err)}")
+        return
+    rc, out, _ = run_script([str(exe)], env)
+    ctx.row(7, name, "PASS" if rc == 0 else "FAIL", "; ".join(out.strip().splitlines()))
+
+
 CHECKS = {
     1: check_cap,
     4: check_reuse,
     2: check_training,  # also writes check 3's rows
     5: check_swap,
     6: check_ddp,
+    7: check_transparency,
 }
 
 
@@ -927,7 +970,7 @@ def main(argv=None):
         if wanted is not None and number not in wanted and not (number == 2 and 3 in wanted):
             continue
         try:
-            if number == 6:
+            if number in (6, 7):
                 check(ctx, meta["gpus"])
             else:
                 check(ctx)

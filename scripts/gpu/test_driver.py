@@ -379,13 +379,57 @@ class Checks(unittest.TestCase):
         self.assertEqual(self.gpu.calls, [])
 
 
+def fake_scripts(wrong):
+    """Check 7's programs as they print on a GPU: transparency.py's two checks pass, ipc.py
+    reports `wrong` tensors with wrong data, the peer kernel passes."""
+
+    def run(command, env=None, timeout=300):
+        name = Path(command[-1]).name
+        if any(c.endswith("transparency.py") for c in command):
+            return 0, "CHECK expandable PASS free 1.99 GiB\nCHECK group PASS got it 0.5 s after\n", ""
+        if name == "ipc.py":
+            return (1 if wrong else 0), f"CHECK ipc intact {18 - wrong} refused 0 wrong {wrong}\n", ""
+        if command[0] == "nvcc":
+            return 0, "", ""
+        return 0, "enable 0\npeer before OK\npeer after OK\n", ""
+
+    return run
+
+
+class Transparency(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.ctx = driver.Context("/x/librocmguard.so", True, Path(self.dir.name), 100)
+        self.saved = driver.run_script
+
+    def tearDown(self):
+        driver.run_script = self.saved
+        self.dir.cleanup()
+
+    def statuses(self, wrong, gpus):
+        driver.run_script = fake_scripts(wrong)
+        driver.check_transparency(self.ctx, gpus)
+        return {r["name"]: r["status"] for r in self.ctx.rows}
+
+    def test_wrong_ipc_data_fails_and_one_gpu_skips_peer(self):
+        seen = self.statuses(wrong=1, gpus=1)
+        self.assertEqual(seen["expandable"], "PASS")
+        self.assertEqual(seen["group"], "PASS")
+        self.assertEqual(seen["IPC of pooled tensors (torch.multiprocessing)"], "FAIL")
+        self.assertEqual(seen["kernel on GPU 1 using GPU 0's pooled memory after peer access"], "SKIP")
+
+    def test_all_pass_with_two_gpus(self):
+        seen = self.statuses(wrong=0, gpus=2)
+        self.assertEqual(set(seen.values()), {"PASS"}, seen)
+
+
 class Main(unittest.TestCase):
     def test_end_to_end_with_a_fake_gpu(self):
         with tempfile.TemporaryDirectory() as d:
             lib = Path(d) / "librocmguard.so"
             lib.write_bytes(b"\x7fELF")
             gpu = FakeGpu()
-            saved = driver.launch, driver.machine
+            saved = driver.launch, driver.machine, driver.run_script
 
             def machine(ctx):
                 ctx.meta = {
@@ -398,15 +442,15 @@ class Main(unittest.TestCase):
                 }
                 return ctx.meta
 
-            driver.launch, driver.machine = gpu, machine
+            driver.launch, driver.machine, driver.run_script = gpu, machine, fake_scripts(wrong=0)
             try:
                 rc = driver.main(["--lib", str(lib), "--json", str(Path(d) / "out.json")])
             finally:
-                driver.launch, driver.machine = saved
+                driver.launch, driver.machine, driver.run_script = saved
             data = json.loads((Path(d) / "out.json").read_text())
             self.assertEqual(rc, 0)
             self.assertEqual(data["status"], "PASS")
-            self.assertEqual(sorted({r["check"] for r in data["rows"]}), [1, 2, 3, 4, 5, 6])
+            self.assertEqual(sorted({r["check"] for r in data["rows"]}), [1, 2, 3, 4, 5, 6, 7])
             self.assertTrue((Path(d) / "gpu-check-logs" / "gpt2-shim-caching.stderr").exists())
 
 
