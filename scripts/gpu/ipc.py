@@ -3,11 +3,13 @@
 program does it: a spawned consumer receives tensors of 4 KiB to 40 MiB, many of them slices at
 varied offsets of bigger tensors, and compares each with a CPU copy sent beside it.
 
-Prints `CHECK ipc intact N refused N wrong N` and exits 0 when no tensor arrived with wrong
-data (a refusal is a clean error in the producer; wrong data is the failure that must never
-happen), 1 otherwise. Run it with and without LD_PRELOAD=librocmguard.so.
+Prints `CHECK ipc intact N refused N failed-to-open N wrong N` and exits 0 when no tensor
+arrived with wrong data (a refusal is a clean error in the producer, a failure to open one in
+the consumer; wrong data is the failure that must never happen), 1 otherwise. Run it with and
+without LD_PRELOAD=librocmguard.so; `--opener-without-shim` starts the consumer without it.
 """
 
+import os
 import sys
 
 import torch
@@ -17,9 +19,13 @@ SIZES = [4 << 10, 64 << 10, 1 << 20, 3 << 20, 10 << 20, 40 << 20]
 
 
 def consumer(queue, results):
-    intact = wrong = 0
+    intact = wrong = failed = 0
     while True:
-        item = queue.get()
+        try:
+            item = queue.get()
+        except RuntimeError:  # the handle did not open here: a clean error
+            failed += 1
+            continue
         if item is None:
             break
         gpu, cpu = item
@@ -28,11 +34,14 @@ def consumer(queue, results):
         else:
             wrong += 1
         del gpu
-    results.put((intact, wrong))
+    results.put((intact, wrong, failed))
 
 
 def main():
     mp.set_start_method("spawn")
+    if "--opener-without-shim" in sys.argv:
+        # The consumer starts without LD_PRELOAD: it must get a clean error, never wrong data.
+        os.environ.pop("LD_PRELOAD", None)
     # SimpleQueue pickles in put(), so a refused export raises here, not in a feeder thread.
     queue, results = mp.SimpleQueue(), mp.Queue()
     proc = mp.Process(target=consumer, args=(queue, results))
@@ -50,9 +59,9 @@ def main():
             refused += 1
             print(f"refused {size} at offset {offset}: {str(e).splitlines()[0][:120]}", flush=True)
     queue.put(None)
-    intact, wrong = results.get(timeout=120)
+    intact, wrong, failed = results.get(timeout=120)
     proc.join(timeout=60)
-    print(f"CHECK ipc intact {intact} refused {refused} wrong {wrong}", flush=True)
+    print(f"CHECK ipc intact {intact} refused {refused} failed-to-open {failed} wrong {wrong}", flush=True)
     return 1 if wrong else 0
 
 

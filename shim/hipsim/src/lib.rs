@@ -47,6 +47,7 @@ mod memory;
 mod peer;
 mod pitch;
 mod props;
+mod share;
 mod state;
 mod streams;
 mod sys;

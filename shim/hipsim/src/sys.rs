@@ -187,6 +187,27 @@ mod linux_vmm {
                 _ => None,
             }
         }
+
+        /// A new descriptor for the same memory, for `hipMemExportToShareableHandle`: the
+        /// caller owns it (and may pass it to another process).
+        pub fn export(&self) -> Option<c_int> {
+            // SAFETY: a descriptor this value owns; the copy is the caller's.
+            let fd = unsafe { libc::fcntl(self.fd, libc::F_DUPFD_CLOEXEC, 0) };
+            (fd >= 0).then_some(fd)
+        }
+
+        /// The memory behind a descriptor `export` made (in this process or another), and its
+        /// size; the caller keeps its own descriptor.
+        pub fn import(fd: c_int) -> Option<(Physical, usize)> {
+            // SAFETY: fstat writes the struct; a bad descriptor is an error, not UB.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_size <= 0 {
+                return None;
+            }
+            // SAFETY: as in `export`.
+            let own = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+            (own >= 0).then(|| (Physical { fd: own }, st.st_size as usize))
+        }
     }
 
     impl Drop for Physical {
@@ -276,6 +297,14 @@ mod no_vmm {
 
     impl Physical {
         pub fn create(_size: usize) -> Option<Physical> {
+            None
+        }
+
+        pub fn export(&self) -> Option<i32> {
+            None
+        }
+
+        pub fn import(_fd: i32) -> Option<(Physical, usize)> {
             None
         }
     }

@@ -135,6 +135,10 @@ struct Handle {
     maps: usize,
     /// `hipMemRelease` was called: it goes when `maps` reaches 0.
     released: bool,
+    /// Made with `requestedHandleTypes` = POSIX file descriptor: it may be exported.
+    shareable: bool,
+    /// Imported from another process's export: its memory is not this process's device's.
+    imported: bool,
 }
 
 struct Mapping {
@@ -296,7 +300,9 @@ impl Vmm {
     /// Frees a handle's memory and returns its bytes to its device.
     fn drop_handle(&mut self, mem: &mut Memory, counters: &mut Counters, handle: usize) {
         if let Some(h) = self.handles.remove(&handle) {
-            mem.uncharge(counters, h.size, h.device);
+            if !h.imported {
+                mem.uncharge(counters, h.size, h.device);
+            }
         }
     }
 
@@ -387,10 +393,77 @@ pub unsafe fn create(
             physical,
             maps: 0,
             released: false,
+            shareable: prop.requested_handle_type == HANDLE_TYPE_POSIX_FD,
+            imported: false,
         };
         s.vmm.handles.insert(handle, record);
         Ok::<_, HipError>(handle)
     })?;
+    out.write(handle as *mut c_void);
+    Ok(())
+}
+
+/// `hipMemExportToShareableHandle` for a POSIX file descriptor, written to `*(int*)out`
+/// (clr `ExportShareableVMMHandle`): only for a live handle made with that handle type
+/// requested, as the CUDA driver requires too.
+pub unsafe fn export_shareable(
+    out: *mut c_void,
+    handle: *mut c_void,
+    handle_type: c_int,
+    flags: u64,
+) -> HipResult {
+    begin()?;
+    if out.is_null() || handle.is_null() || flags != 0 {
+        return Err(INVALID_VALUE);
+    }
+    if handle_type != HANDLE_TYPE_POSIX_FD {
+        return Err(NOT_SUPPORTED);
+    }
+    let fd = state::with(|s| {
+        let h = s
+            .vmm
+            .handles
+            .get(&(handle as usize))
+            .filter(|h| !h.released && h.shareable)
+            .ok_or(INVALID_VALUE)?;
+        h.physical.export().ok_or(OUT_OF_MEMORY)
+    })?;
+    (out as *mut c_int).write(fd);
+    Ok(())
+}
+
+/// `hipMemImportFromShareableHandle`: the descriptor is passed as the pointer's value, as clr's
+/// `ImportShareableHSAHandle` reads it; the handle belongs to the current device.
+pub unsafe fn import_shareable(
+    out: *mut *mut c_void,
+    os_handle: *mut c_void,
+    handle_type: c_int,
+) -> HipResult {
+    begin()?;
+    if out.is_null() || os_handle.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    if handle_type != HANDLE_TYPE_POSIX_FD {
+        return Err(NOT_SUPPORTED);
+    }
+    let (physical, size) =
+        sys::Physical::import(os_handle as usize as c_int).ok_or(INVALID_VALUE)?;
+    let device = state::current_device();
+    let handle = state::with(|s| {
+        s.vmm.last_handle += 16;
+        let handle = s.vmm.last_handle;
+        let record = Handle {
+            size,
+            device,
+            physical,
+            maps: 0,
+            released: false,
+            shareable: true,
+            imported: true,
+        };
+        s.vmm.handles.insert(handle, record);
+        handle
+    });
     out.write(handle as *mut c_void);
     Ok(())
 }

@@ -3,7 +3,6 @@
 //! the CUDA runtime is loaded; a process that uses HIP never touches it.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::guard::{Api, Face, GetDeviceFn, Guard, SetDeviceFn, SUCCESS, SYMBOL_NOT_FOUND};
 use crate::hooks::hooks;
@@ -39,6 +38,8 @@ static VIRTUAL_MEMORY: VirtualMemory = VirtualMemory {
     unmap: Real::new(c"cuMemUnmap", c"", DRIVER),
     set_access: Real::new(c"cuMemSetAccess", c"", DRIVER),
     copy,
+    export: Real::new(c"cuMemExportToShareableHandle", c"", DRIVER),
+    import: Real::new(c"cuMemImportFromShareableHandle", c"", DRIVER),
 };
 
 static MEMCPY: Real<unsafe extern "C" fn(u64, u64, usize) -> i32> =
@@ -79,42 +80,6 @@ fn resolve_api() -> Option<Api> {
         get_last_error: real::cudaGetLastError.get()?,
         peek_last_error: real::cudaPeekAtLastError.get()?,
     })
-}
-
-/// `cudaErrorInvalidValue`: what the runtime answers for memory it cannot export.
-const INVALID_VALUE: i32 = 1;
-
-/// Whether a refused IPC export was logged.
-static IPC_SAID: AtomicBool = AtomicBool::new(false);
-
-/// `cudaIpcGetMemHandle`: CUDA's handle names the enclosing allocation and its opener maps that
-/// allocation's base, so a pooled block that does not begin its plain segment would arrive at
-/// the wrong address in the other process, silently. Such a block is refused with
-/// `cudaErrorInvalidValue` (what the runtime answers for memory it cannot share), said once;
-/// anything else goes to the runtime unchanged. (ROCm's handle carries the offset, so the HIP
-/// face needs none of this: clr `hipIpcGetMemHandle` fills `poffset`, `IpcAttach` adds it.)
-fn ipc_handle_at_base(ptr: *mut c_void, pass: impl FnOnce() -> i32) -> i32 {
-    let a = match CUDA.active() {
-        Some(a) => a,
-        None => return pass(),
-    };
-    let addr = ptr as u64;
-    let pooled = a
-        .existing_pools()
-        .find(|(_, p)| p.block_containing(addr).is_some());
-    match pooled {
-        Some((_, pool)) if !pool.starts_plain_segment(addr) => {
-            if !IPC_SAID.swap(true, Ordering::Relaxed) {
-                crate::log::warn(format_args!(
-                    "cudaIpcGetMemHandle on pooled memory that does not begin its own allocation: \
-                     refused (the other process would map the wrong address); share device memory \
-                     between processes without the shim (ROCMGUARD_DISABLE=1)"
-                ));
-            }
-            INVALID_VALUE
-        }
-        _ => pass(),
-    }
 }
 
 fn integrated(device: i32) -> bool {
@@ -248,8 +213,16 @@ hooks! {
     }
 
     [""] fn cudaIpcGetMemHandle(handle: *mut c_void, ptr: *mut c_void) -> i32 |pass| {
-        let _ = handle;
-        ipc_handle_at_base(ptr, pass)
+        CUDA.ipc_get(handle, ptr, true, pass)
+    }
+
+    [""] fn cudaIpcOpenMemHandle(ptr: *mut *mut c_void, handle: crate::ipc::IpcHandle, flags: c_uint) -> i32 |pass| {
+        let _ = flags;
+        CUDA.ipc_open(ptr, handle, pass)
+    }
+
+    [""] fn cudaIpcCloseMemHandle(ptr: *mut c_void) -> i32 |pass| {
+        CUDA.ipc_close(ptr, pass)
     }
 
     [""] fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_void) -> i32 |pass| {

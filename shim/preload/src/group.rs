@@ -108,6 +108,13 @@ fn join(name: &str) -> Result<Member, String> {
     Ok(member)
 }
 
+/// Makes `d` (mode 0700) if it is not there and checks that it is ours alone.
+pub fn private_dir_made(d: &Path) -> Result<(), String> {
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(d);
+    // SAFETY: getuid has no preconditions.
+    private_dir(d, unsafe { libc::getuid() })
+}
+
 /// A directory of ours alone: not a link, owned by `uid`, no access for anyone else.
 fn private_dir(d: &Path, uid: u32) -> Result<(), String> {
     let m = std::fs::symlink_metadata(d).map_err(|e| format!("{}: {}", d.display(), e))?;

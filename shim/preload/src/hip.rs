@@ -32,6 +32,8 @@ static VIRTUAL_MEMORY: VirtualMemory = VirtualMemory {
     unmap: Real::new(c"hipMemUnmap", c"hip_5.1", LIBS),
     set_access: Real::new(c"hipMemSetAccess", c"hip_5.1", LIBS),
     copy,
+    export: Real::new(c"hipMemExportToShareableHandle", c"hip_5.1", LIBS),
+    import: Real::new(c"hipMemImportFromShareableHandle", c"hip_5.1", LIBS),
 };
 
 /// `hipMemcpyDefault`: the runtime tells host from device memory.

@@ -241,6 +241,19 @@ hooks! {
         HIP.stream_created("hipExtStreamCreateWithCUMask", pass)
     }
 
+    ["hip_4.2"] fn hipIpcGetMemHandle(handle: *mut c_void, ptr: *mut c_void) -> i32 |pass| {
+        HIP.ipc_get(handle, ptr, false, pass)
+    }
+
+    ["hip_4.2"] fn hipIpcOpenMemHandle(ptr: *mut *mut c_void, handle: crate::ipc::IpcHandle, flags: c_uint) -> i32 |pass| {
+        let _ = flags;
+        HIP.ipc_open(ptr, handle, pass)
+    }
+
+    ["hip_4.2"] fn hipIpcCloseMemHandle(ptr: *mut c_void) -> i32 |pass| {
+        HIP.ipc_close(ptr, pass)
+    }
+
     ["hip_4.2"] fn hipDeviceEnablePeerAccess(peer: c_int, flags: c_uint) -> i32 |pass| {
         let _ = flags;
         HIP.peer_access(peer, pass)

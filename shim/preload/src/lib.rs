@@ -21,6 +21,7 @@ mod group;
 mod guard;
 mod hip;
 mod hooks;
+mod ipc;
 mod log;
 mod paths;
 mod process;

@@ -169,6 +169,8 @@ pub struct VirtualMemory {
     pub set_access: Real<vmm::SetAccessFn>,
     /// A plain copy, for [`Vmm::probe`].
     pub copy: vmm::CopyFn,
+    pub export: Real<vmm::ExportFn>,
+    pub import: Real<vmm::ImportFn>,
 }
 
 impl VirtualMemory {
@@ -185,6 +187,9 @@ impl VirtualMemory {
             unmap: self.unmap.get()?,
             set_access: self.set_access.get()?,
             copy: self.copy,
+            export: self.export.get(),
+            import: self.import.get(),
+            shareable: false,
         };
         v.fits_pages(self.granularity.get()?).then_some(v)
     }

@@ -36,6 +36,8 @@ const LOCATION_DEVICE: i32 = 1;
 const ALLOCATION_PINNED: i32 = 1;
 const ACCESS_READ_WRITE: i32 = 3;
 const GRANULARITY_MINIMUM: i32 = 0;
+/// `hipMemHandleTypePosixFileDescriptor` / `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`.
+pub const HANDLE_POSIX_FD: i32 = 1;
 /// What the pool maps in: runs of whole 2 MiB pages.
 const PAGE: usize = 2 << 20;
 
@@ -45,6 +47,10 @@ pub type CreateFn = unsafe extern "C" fn(*mut u64, usize, *const AllocationProp,
 pub type ReleaseFn = unsafe extern "C" fn(u64) -> i32;
 pub type MapFn = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> i32;
 pub type SetAccessFn = unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> i32;
+/// `MemExportToShareableHandle(out, handle, type, flags)`.
+pub type ExportFn = unsafe extern "C" fn(*mut c_void, u64, i32, u64) -> i32;
+/// `MemImportFromShareableHandle(out, os_handle, type)`.
+pub type ImportFn = unsafe extern "C" fn(*mut u64, *mut c_void, i32) -> i32;
 pub type GranularityFn = unsafe extern "C" fn(*mut usize, *const AllocationProp, i32) -> i32;
 /// Copies `n` bytes from `src` to `dst`, either on the device or the host (unified addressing).
 pub type CopyFn = fn(dst: u64, src: u64, n: usize) -> i32;
@@ -61,6 +67,13 @@ pub struct Vmm {
     pub unmap: RangeFn,
     pub set_access: SetAccessFn,
     pub copy: CopyFn,
+    /// Sharing with other processes (`MemExportToShareableHandle` and its import), where the
+    /// runtime has it; used once `shareable` is on.
+    pub export: Option<ExportFn>,
+    pub import: Option<ImportFn>,
+    /// Pieces are made exportable as POSIX file descriptors (what IPC of pooled blocks in
+    /// virtual segments rests on, see `crate::ipc`).
+    pub shareable: bool,
 }
 
 fn check(code: i32) -> Result<(), i32> {
@@ -75,7 +88,7 @@ impl Vmm {
     fn prop(&self) -> AllocationProp {
         AllocationProp {
             kind: ALLOCATION_PINNED,
-            handle_types: 0,
+            handle_types: if self.shareable { HANDLE_POSIX_FD } else { 0 },
             location: Location {
                 kind: LOCATION_DEVICE,
                 id: self.device,
@@ -85,6 +98,76 @@ impl Vmm {
             rdma_capable: 0,
             usage: 0,
             reserved: [0; 4],
+        }
+    }
+
+    /// The same functions with pieces made exportable, if the runtime can export and import.
+    pub fn sharing(self) -> Option<Vmm> {
+        match (self.export, self.import) {
+            (Some(_), Some(_)) => Some(Vmm {
+                shareable: true,
+                ..self
+            }),
+            _ => None,
+        }
+    }
+
+    /// A new file descriptor for piece `handle` (the caller closes it).
+    pub fn export_fd(&self, handle: u64) -> Result<i32, i32> {
+        let export = self.export.filter(|_| self.shareable).ok_or(-1)?;
+        let mut fd: i32 = -1;
+        // SAFETY: an int out-parameter, as POSIX file descriptor exports write.
+        check(unsafe {
+            export(
+                &mut fd as *mut i32 as *mut c_void,
+                handle,
+                HANDLE_POSIX_FD,
+                0,
+            )
+        })?;
+        Ok(fd)
+    }
+
+    /// Maps pieces another process exported, `(fd, size)` in address order, into one new
+    /// range readable and writable by this device; returns the range and each piece's handle.
+    /// Undoes what it did when a step fails.
+    pub fn map_imported(&self, pieces: &[(i32, u64)]) -> Result<(u64, u64, Vec<u64>), i32> {
+        let import = self.import.ok_or(-1)?;
+        let span: u64 = pieces.iter().map(|p| p.1).sum();
+        let base = self.reserve(span)?;
+        let mut handles: Vec<(u64, u64, u64)> = Vec::new();
+        let mut result = Ok(());
+        let mut at = base;
+        for &(fd, size) in pieces {
+            let mut handle = 0u64;
+            // SAFETY: valid out-pointer; the descriptor travels as the pointer's value, as
+            // both runtimes read it.
+            result =
+                check(unsafe { import(&mut handle, fd as usize as *mut c_void, HANDLE_POSIX_FD) });
+            if result.is_err() {
+                break;
+            }
+            // SAFETY: `at` lies in the reservation just made, with nothing mapped there.
+            result = check(unsafe { (self.map)(at, size as usize, 0, handle, 0) });
+            if result.is_err() {
+                unsafe { (self.release)(handle) };
+                break;
+            }
+            handles.push((at, size, handle));
+            at += size;
+        }
+        if result.is_ok() {
+            result = self.grant(base, span, 0);
+        }
+        match result {
+            Ok(()) => Ok((base, span, handles.into_iter().map(|h| h.2).collect())),
+            Err(e) => {
+                for (at, size, handle) in handles {
+                    let _ = self.unmap(at, size, handle);
+                }
+                let _ = self.unreserve(base, span);
+                Err(e)
+            }
         }
     }
 

@@ -26,6 +26,7 @@ mod guard;
 mod group;
 mod hip;
 mod hooks;
+mod ipc;
 mod loader;
 #[path = "../../../shim/preload/src/paths.rs"]
 mod paths;

@@ -43,6 +43,9 @@ use crate::stats::Stats;
 use block::BlockState;
 use state::State;
 
+/// A piece of device memory mapped in a virtual segment: `(addr, size, token)`, the token being
+/// what the device returned for it.
+pub type Piece = (u64, u64, u64);
 /// Every block starts and ends on this boundary.
 pub const GRANULE: u64 = 256;
 /// Segments are multiples of this.
@@ -203,6 +206,27 @@ impl<S: DeviceSource> Pool<S> {
         for m in st.mappings.iter() {
             f(m.addr, m.size);
         }
+    }
+
+    /// For sharing a block with another process: the start of the live block holding `addr`
+    /// (as [`Pool::block_containing`]) and, when it lies in a virtual segment, the mapped pieces
+    /// under it in address order (contiguous, covering the block). `None` for a block of a
+    /// plain segment or no live block.
+    pub fn pieces_under(&self, addr: u64) -> Option<(u64, Vec<Piece>)> {
+        let (start, _) = self.block_containing(addr)?;
+        let st = self.lock();
+        let i = *st.live.get(&start)?;
+        let b = &st.blocks[i as usize];
+        st.pages(b.seg)?;
+        let end = start + b.size.max(1);
+        let mut pieces: Vec<Piece> = st
+            .mappings
+            .iter()
+            .filter(|m| m.addr < end && start < m.addr + m.size)
+            .map(|m| (m.addr, m.size, m.token))
+            .collect();
+        pieces.sort_unstable();
+        Some((start, pieces))
     }
 
     /// The live block that `addr` points into, its start or any byte the program asked for:

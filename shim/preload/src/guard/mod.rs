@@ -374,6 +374,16 @@ impl Active {
         (ok && (0..MAX_DEVICES as i32).contains(&d)).then_some(d)
     }
 
+    /// The virtual memory functions for `device`: its pool's, else the runtime's unchecked
+    /// (for mapping memory another process shares, `crate::ipc`).
+    pub fn virtual_memory_for(&self, device: i32) -> Option<Vmm> {
+        let pooled = self.pools.get(device as usize).and_then(|c| c.get());
+        match pooled {
+            Some(p) => p.source().virtual_memory().copied(),
+            None => (self.face.virtual_memory)(device),
+        }
+    }
+
     /// The pool of `device`, made on first use (with `device` current).
     pub fn pool(&'static self, device: i32) -> Option<&'static Pool<Source>> {
         let cell = self.pools.get(device as usize)?;
@@ -394,7 +404,15 @@ impl Active {
         let (_, total) = source.mem_info().ok()?;
         if self.config.vmm {
             let vmm = (self.face.virtual_memory)(device);
-            source.vmm = vmm.filter(|v| source.on_device(|| self.probed(device, v)));
+            // Exportable pieces where the runtime makes them (IPC of pooled blocks, `ipc.rs`);
+            // else plain pieces, whose blocks the program cannot share.
+            source.vmm = vmm.and_then(|v| {
+                let shared = v.sharing();
+                let shared = shared.filter(|s| source.on_device(|| self.probed(device, s, false)));
+                shared.or_else(|| {
+                    Some(v).filter(|v| source.on_device(|| self.probed(device, v, true)))
+                })
+            });
         }
         let options = PoolOptions::from_config(self.config, total);
         source.group_cap = options.cap;
@@ -433,7 +451,8 @@ impl Active {
     /// Whether `vmm` passes [`Vmm::probe`] on `device` (current); if not, says so once. Out of
     /// memory proves nothing (the device may be full for now): the pool copes with it as with
     /// any. The runtime's last error is left as it was.
-    fn probed(&self, device: i32, vmm: &Vmm) -> bool {
+    /// Whether `vmm` passes its first-use check; a failure is said where `say`.
+    fn probed(&self, device: i32, vmm: &Vmm, say: bool) -> bool {
         // SAFETY: no arguments.
         let before = unsafe { (self.api.peek_last_error)() };
         let result = vmm.probe();
@@ -446,10 +465,12 @@ impl Active {
         match result {
             Ok(()) | Err((_, OUT_OF_MEMORY)) => true,
             Err((step, code)) => {
-                log::warn(format_args!(
-                    "dev{}: virtual memory failed its first-use check ({}: code {}); plain segments",
-                    device, step, code
-                ));
+                if say {
+                    log::warn(format_args!(
+                        "dev{}: virtual memory failed its first-use check ({}: code {}); plain segments",
+                        device, step, code
+                    ));
+                }
                 false
             }
         }

@@ -73,6 +73,11 @@ impl Source {
         });
     }
 
+    /// The virtual memory functions the pool maps with, if it does.
+    pub fn virtual_memory(&self) -> Option<&Vmm> {
+        self.vmm.as_ref()
+    }
+
     /// Runs `f` with `self.device` current, restoring the caller's device.
     pub(super) fn on_device<T>(&self, f: impl FnOnce() -> T) -> T {
         let mut current = self.device;
@@ -180,6 +185,7 @@ impl DeviceSource for Source {
 
     fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
         let unmapped = self.virtual_call("unmap", |v| v.unmap(addr, size, token));
+        crate::ipc::forget(token);
         if unmapped.is_ok() {
             crate::group::release(self.device, size);
         }
