@@ -872,7 +872,7 @@ def check_transparency(ctx, gpus):
     tensors (ipc.py), and a kernel on GPU 1 using GPU 0's pooled memory after peer access."""
     def lines(command, env=None):
         rc, out, err = run_script(command, env)
-        (ctx.logs / f"transparency-{Path(command[1]).stem}.log").write_text(out + err)
+        (ctx.logs / f"transparency-{'-'.join(Path(c).stem for c in command[1:])}.log"[:120]).write_text(out + err)
         return rc, err, [line.split(" ", 3)[1:] for line in out.splitlines() if line.startswith("CHECK ")]
 
     rc, err, found = lines([ctx.python, str(HERE / "transparency.py"), "--lib", ctx.lib])
@@ -882,13 +882,17 @@ def check_transparency(ctx, gpus):
         ctx.row(7, "transparency.py", "FAIL", f"no CHECK line (exit {rc}): {tail(err)}")
 
     env = dict(os.environ, LD_PRELOAD=ctx.lib, **ctx.settings)
-    rc, err, found = lines([ctx.python, str(HERE / "ipc.py")], env)
-    ctx.row(
-        7,
-        "IPC of pooled tensors (torch.multiprocessing)",
-        "PASS" if found and rc == 0 else "FAIL",
-        f"{' '.join(found[0]) if found else 'no CHECK line'}: wrong data must be 0 (exit {rc})",
-    )
+    for name, extra, want in [
+        ("IPC of pooled tensors (torch.multiprocessing)", [], "every tensor intact"),
+        ("IPC, consumer not preloaded", ["--opener-without-shim"], "a clean error, never wrong data"),
+    ]:
+        rc, err, found = lines([ctx.python, str(HERE / "ipc.py"), *extra], env)
+        text = " ".join(found[0][1:]) if found else "no CHECK line"
+        figures = dict(zip(text.split()[::2], text.split()[1::2]))
+        ok = rc == 0 and figures.get("wrong") == "0"
+        if not extra:
+            ok = ok and figures.get("refused") == "0" and figures.get("failed-to-open") == "0"
+        ctx.row(7, name, "PASS" if ok else "FAIL", f"{text}: {want} (exit {rc})")
 
     name = "kernel on GPU 1 using GPU 0's pooled memory after peer access"
     if gpus < 2:

@@ -207,7 +207,7 @@ pub const KEYS: &[Key] = &[
         name: "vmm",
         example: "0",
         default: "1",
-        help: "Use the device's virtual memory where it offers it: segments are reserved address ranges backed only under live blocks, so free memory between them goes back to the device (1 or 0; 0 = segments from the plain allocator, which IPC handles need).",
+        help: "Use the device's virtual memory where it offers it: segments are reserved address ranges backed only under live blocks, so free memory between them goes back to the device (1 or 0; 0 = segments from the plain allocator).",
         set: |c, v| parse_bool(v).map(|b| c.vmm = b),
     },
     Key {

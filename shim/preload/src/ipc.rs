@@ -276,9 +276,15 @@ pub fn forget(token: u64) {
         return;
     }
     let mut guard = EXPORTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(fd) = guard.as_mut().and_then(|e| e.fds.remove(&token)) {
-        // SAFETY: a descriptor this module owns, closed once.
-        unsafe { libc::close(fd) };
+    if let Some(e) = guard.as_mut() {
+        if let Some(fd) = e.fds.remove(&token) {
+            // SAFETY: a descriptor this module owns, closed once.
+            unsafe { libc::close(fd) };
+            // Its exports are over: a later piece given the same token is other memory.
+            for x in e.list.iter_mut().filter(|x| x.pieces.iter().any(|p| p.1 == token)) {
+                x.pieces.clear();
+            }
+        }
     }
 }
 
