@@ -281,7 +281,11 @@ pub fn forget(token: u64) {
             // SAFETY: a descriptor this module owns, closed once.
             unsafe { libc::close(fd) };
             // Its exports are over: a later piece given the same token is other memory.
-            for x in e.list.iter_mut().filter(|x| x.pieces.iter().any(|p| p.1 == token)) {
+            for x in e
+                .list
+                .iter_mut()
+                .filter(|x| x.pieces.iter().any(|p| p.1 == token))
+            {
                 x.pieces.clear();
             }
         }
