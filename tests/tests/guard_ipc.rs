@@ -2,7 +2,10 @@
 //! 300 MiB (small ones packed side by side in the pool's virtual segments, handles asked for at
 //! and past a block's start) under `LD_PRELOAD` on hipsim, the simulated HIP runtime, and a
 //! second process opens them. Under the shim the opener must see exactly each block's bytes
-//! and its writes must reach the exporter; without the shim the handle must fail cleanly.
+//! and its writes must reach the exporter; without the shim the handle must fail cleanly. With
+//! plain segments (`ROCMGUARD_VMM=0`) the runtime's own handles travel, carrying the block's
+//! offset as ROCm's do, so any opener sees the block (hipsim shares its `hipMalloc` memory
+//! between processes for this, after clr).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -21,8 +24,13 @@ fn program() -> &'static PathBuf {
 
 /// Exports under the shim, opens with `opener`; the opener's `key value` lines and the blocks
 /// the exporter saw written.
-fn share(runtime: &Path, opener: Command) -> (HashMap<String, i64>, i64, String) {
-    let mut exporter = guarded_command(program())
+fn share(
+    runtime: &Path,
+    exporter: Command,
+    opener: Command,
+) -> (HashMap<String, i64>, i64, String) {
+    let mut exporter = exporter;
+    let mut exporter = exporter
         .arg("export")
         .env("XDG_RUNTIME_DIR", runtime)
         .stdin(Stdio::piped())
@@ -92,7 +100,11 @@ fn share(runtime: &Path, opener: Command) -> (HashMap<String, i64>, i64, String)
 #[test]
 fn an_opener_under_the_shim_sees_exactly_each_block_and_writes_back() {
     let runtime = tempfile::tempdir().unwrap();
-    let (seen, written, logs) = share(runtime.path(), guarded_command(program()));
+    let (seen, written, logs) = share(
+        runtime.path(),
+        guarded_command(program()),
+        guarded_command(program()),
+    );
     assert_eq!(seen["failed"], 0, "code {}: {}", seen["code"], logs);
     assert_eq!(seen["opened"], BLOCKS, "{}", logs);
     assert_eq!(seen["wrong"], 0, "another block's bytes arrived: {}", logs);
@@ -107,7 +119,11 @@ fn an_opener_under_the_shim_sees_exactly_each_block_and_writes_back() {
 #[test]
 fn an_opener_without_the_shim_gets_a_clean_error() {
     let runtime = tempfile::tempdir().unwrap();
-    let (seen, written, logs) = share(runtime.path(), sim_command(program()));
+    let (seen, written, logs) = share(
+        runtime.path(),
+        guarded_command(program()),
+        sim_command(program()),
+    );
     assert_eq!(seen["opened"], 0, "{}", logs);
     assert_eq!(seen["failed"], BLOCKS);
     assert_eq!(
@@ -152,4 +168,46 @@ fn a_handle_of_a_process_that_exited_fails_cleanly() {
     assert!(said.contains(&format!("failed {}", BLOCKS)), "{}", said);
     assert!(said.contains("opened 0"), "{}", said);
     assert_eq!(said.matches("IPC handle").count(), 1, "said once: {}", said);
+}
+
+/// Plain segments: the runtime's handles, with the block's offset in its segment.
+fn plain() -> Command {
+    let mut c = guarded_command(program());
+    c.env("ROCMGUARD_VMM", "0");
+    c
+}
+
+#[test]
+fn with_plain_segments_any_opener_sees_exactly_each_block() {
+    for (who, opener) in [
+        ("under the shim", plain()),
+        ("without it", sim_command(program())),
+    ] {
+        let runtime = tempfile::tempdir().unwrap();
+        let (seen, written, logs) = share(runtime.path(), plain(), opener);
+        assert_eq!(
+            seen["failed"], 0,
+            "{}: code {}: {}",
+            who, seen["code"], logs
+        );
+        assert_eq!(
+            seen["wrong"], 0,
+            "{}: another block's bytes arrived: {}",
+            who, logs
+        );
+        assert_eq!(seen["intact"], BLOCKS, "{}", who);
+        assert_eq!(written, BLOCKS, "{}: writes reach the exporter", who);
+    }
+}
+
+#[test]
+fn the_simulated_runtime_shares_its_own_allocations_like_rocm() {
+    let runtime = tempfile::tempdir().unwrap();
+    let (seen, written, logs) = share(
+        runtime.path(),
+        sim_command(program()),
+        sim_command(program()),
+    );
+    assert_eq!(seen["intact"], BLOCKS, "{}", logs);
+    assert_eq!(written, BLOCKS);
 }

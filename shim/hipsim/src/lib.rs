@@ -16,7 +16,8 @@
 //! Layout: `api` holds the exports and nothing else; `state` the locked process state and
 //! counters; `memory` allocations and faults; `streams` streams, pools and capture; `work` the
 //! queue of simulated GPU work; `props` device properties; `error` codes and the last error;
-//! `vmm` the virtual memory calls; `peer` peer access and `hipMemGetAccess`; `pitch` the pitched allocations (exports and their checks);
+//! `vmm` the virtual memory calls; `peer` peer access and `hipMemGetAccess`; `share` exporting
+//! and importing virtual memory handles; `ipc` `hipIpc*` between real processes; `pitch` the pitched allocations (exports and their checks);
 //! `sys` the platform-specific parts (mmap or VirtualAlloc, memfd mappings, own-symbol lookup).
 
 /// Declares one exported HIP entry point and binds it to its ROCm version node with `.symver`
@@ -43,6 +44,7 @@ macro_rules! hip_export {
 mod api;
 mod config;
 mod error;
+mod ipc;
 mod memory;
 mod peer;
 mod pitch;

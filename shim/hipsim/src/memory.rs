@@ -44,6 +44,9 @@ pub struct Block {
     /// A `hipFreeAsync` is queued for it: it may not be freed again.
     pub freeing: bool,
     pub access: Access,
+    /// A `memfd` now holding its bytes, made at its first `hipIpcGetMemHandle` (`ipc`); -1 until
+    /// then.
+    pub shared_fd: i32,
 }
 
 pub struct Memory {
@@ -150,6 +153,7 @@ impl Memory {
             flags,
             freeing: false,
             access,
+            shared_fd: -1,
         };
         self.blocks.insert(ptr, block);
     }
@@ -157,6 +161,23 @@ impl Memory {
     /// Enters a mapping made by `hipMemMap` (kind `Mapped`, no access yet); charges nothing.
     pub fn add_mapping(&mut self, ptr: usize, size: usize, device: i32) {
         self.insert(ptr, size, device, Kind::Mapped, 0, Access::None);
+    }
+
+    /// Enters another process's allocation opened by `hipIpcOpenMemHandle`: device memory for
+    /// every check, charged nothing here, removed by `hipIpcCloseMemHandle`.
+    pub fn add_opened(&mut self, ptr: usize, size: usize, device: i32) {
+        self.insert(ptr, size, device, Kind::Mapped, 0, Access::ReadWrite);
+    }
+
+    /// A descriptor of the allocation at `start`'s memory for another process to map, its bytes
+    /// moved into a `memfd` at the first call (`sys::share_in_place`).
+    pub fn share(&mut self, start: usize) -> Option<i32> {
+        let b = self.blocks.get_mut(&start)?;
+        if b.shared_fd < 0 {
+            // SAFETY: a live allocation made by `sys::map(b.size)`.
+            b.shared_fd = unsafe { sys::share_in_place(start as *mut u8, b.size) }?;
+        }
+        Some(b.shared_fd)
     }
 
     /// Removes the mapping that starts at `ptr`; false if there is none.
@@ -246,8 +267,12 @@ impl Memory {
             _ => return Err(INVALID_VALUE),
         }
         let block = self.blocks.remove(&ptr).ok_or(INVALID_VALUE)?;
-        // SAFETY: the table held the only record of this mapping, made by `sys::map(size)`.
+        // SAFETY: the table held the only record of this mapping, made by `sys::map(size)`, and
+        // of its shared file, if any.
         unsafe { sys::unmap(ptr as *mut u8, block.size) };
+        if block.shared_fd >= 0 {
+            sys::close(block.shared_fd);
+        }
         self.uncharge(counters, block.size, block.device);
         Ok(())
     }

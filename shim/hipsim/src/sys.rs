@@ -7,9 +7,15 @@
 //! `VMM` is false so that `vmm` answers `hipErrorNotSupported` before reaching it.
 
 #[cfg(target_os = "linux")]
-pub use linux_vmm::{free_reservation, map_physical, protect, reserve, unmap_physical, Physical};
+pub use linux_vmm::{
+    close, free_reservation, map_physical, open_shared, protect, reserve, share_in_place,
+    unmap_physical, Physical,
+};
 #[cfg(not(target_os = "linux"))]
-pub use no_vmm::{free_reservation, map_physical, protect, reserve, unmap_physical, Physical};
+pub use no_vmm::{
+    close, free_reservation, map_physical, open_shared, protect, reserve, share_in_place,
+    unmap_physical, Physical,
+};
 #[cfg(unix)]
 pub use unix::{map, own_symbol, unmap};
 #[cfg(windows)]
@@ -217,6 +223,63 @@ mod linux_vmm {
         }
     }
 
+    /// Moves the bytes of the private mapping `[ptr, ptr + size)` (made by `map(size)`) into a
+    /// new `memfd` mapped shared over the same addresses, for `hipIpcGetMemHandle`; the file's
+    /// descriptor, or `None` (the mapping is then unchanged).
+    ///
+    /// # Safety
+    /// `ptr` and `size` are a live mapping of `map`, nothing else using it meanwhile.
+    pub unsafe fn share_in_place(ptr: *mut u8, size: usize) -> Option<c_int> {
+        let len = super::mapped_len(size)?;
+        let physical = Physical::create(len)?;
+        let fd = physical.export()?;
+        drop(physical);
+        let copied = libc::pwrite(fd, ptr as *const c_void, len, 0) == len as isize;
+        let shared = copied
+            && libc::mmap(
+                ptr as *mut c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd,
+                0,
+            ) == ptr as *mut c_void;
+        if !shared {
+            libc::close(fd);
+            return None;
+        }
+        Some(fd)
+    }
+
+    /// Maps another process's shared allocation (`share_in_place`'s descriptor `fd` in process
+    /// `pid`, `size` bytes) at a new address, through `/proc/<pid>/fd/<fd>`.
+    pub fn open_shared(pid: u32, fd: c_int, size: usize) -> Option<*mut u8> {
+        let len = super::mapped_len(size)?;
+        let path = std::ffi::CString::new(format!("/proc/{}/fd/{}", pid, fd)).ok()?;
+        // SAFETY: a NUL-terminated path; the descriptor is closed below, the mapping stays.
+        unsafe {
+            let own = libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+            if own < 0 {
+                return None;
+            }
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                own,
+                0,
+            );
+            libc::close(own);
+            (p != libc::MAP_FAILED).then_some(p as *mut u8)
+        }
+    }
+
+    pub fn close(fd: c_int) {
+        // SAFETY: a descriptor the caller owns, closed once.
+        unsafe { libc::close(fd) };
+    }
+
     /// Reserves `size` bytes of address space (a multiple of the page size), inaccessible and
     /// backed by nothing, at an address aligned to `align` (a power of two). `hint` (0 for
     /// none) is tried first when it is aligned, as the real runtime treats it: a wish.
@@ -308,6 +371,18 @@ mod no_vmm {
             None
         }
     }
+
+    /// # Safety
+    /// Nothing to uphold: nothing is done here.
+    pub unsafe fn share_in_place(_ptr: *mut u8, _size: usize) -> Option<i32> {
+        None
+    }
+
+    pub fn open_shared(_pid: u32, _fd: i32, _size: usize) -> Option<*mut u8> {
+        None
+    }
+
+    pub fn close(_fd: i32) {}
 
     pub fn reserve(_size: usize, _align: usize, _hint: usize) -> Option<*mut u8> {
         None
