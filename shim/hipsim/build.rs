@@ -1,5 +1,5 @@
 //! Links `libamdhip64.so` like the real runtime: soname `libamdhip64.so.6` and the version nodes
-//! that `src/api.rs` binds its exports to (`.symver` in `hip_export!`). Names and order follow
+//! that `src/api/` binds its exports to (`.symver` in `hip_export!`). Names and order follow
 //! ROCm's `hipamd/src/hip_hcc.map.in`; a node may be empty here because the `.symver` directive,
 //! not this script, assigns each symbol.
 

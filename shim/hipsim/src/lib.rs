@@ -13,12 +13,14 @@
 //! and versioned exports (`hip_4.2`, `hip_5.1`, ...) like the real library.
 //! Knobs are `HIPSIM_*` environment variables (see `config`).
 //!
-//! Layout: `api` holds the exports and nothing else; `state` the locked process state and
-//! counters; `memory` allocations and faults; `streams` streams, pools and capture; `work` the
-//! queue of simulated GPU work; `props` device properties; `error` codes and the last error;
-//! `vmm` the virtual memory calls; `peer` peer access and `hipMemGetAccess`; `share` exporting
-//! and importing virtual memory handles; `ipc` `hipIpc*` between real processes; `pitch` the pitched allocations (exports and their checks);
-//! `sys` the platform-specific parts (mmap or VirtualAlloc, memfd mappings, own-symbol lookup).
+//! Layout: `api` holds the exports of the core calls (a file per API family under `api/`);
+//! `state` the locked process state and counters; `memory` allocations and faults; `streams`
+//! streams, pools and capture; `work` the queue of simulated GPU work; `props` device
+//! properties; `error` codes and the last error; `vmm` the virtual memory calls; `peer` peer
+//! access and `hipMemGetAccess`; `share` exporting and importing virtual memory handles; `ipc`
+//! `hipIpc*` between real processes; `pitch` the pitched allocations (exports and their
+//! checks); `sys` the platform-specific parts (mmap or VirtualAlloc, memfd mappings,
+//! own-symbol lookup).
 
 /// Declares one exported HIP entry point and binds it to its ROCm version node with `.symver`
 /// (`build.rs` defines the nodes), so each export is written once and carries its version.
