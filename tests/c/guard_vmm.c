@@ -176,7 +176,27 @@ static void peer(void) {
     OK(hipFree(after));
 }
 
+/* N handles of 2 MiB from hipMemCreate, kept: the runtime (ROCm 7, and hipsim) holds a file
+ * descriptor for each, so the soft limit on open files decides how many there can be. */
+static void handles(int n) {
+    Prop prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1;
+    prop.location.type = 1;
+    int made = 0;
+    hipError_t e = hipSuccess;
+    for (; made < n; made++) {
+        hipMemGenericAllocationHandle_t h = NULL;
+        if ((e = hipMemCreate(&h, 2 * MiB, &prop, 0)) != hipSuccess) break;
+    }
+    printf("created %d\ncode %d\n", made, e);
+}
+
 int main(int argc, char** argv) {
+    if (argc > 2 && strcmp(argv[1], "handles") == 0) {
+        handles(atoi(argv[2]));
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "peer") == 0) {
         peer();
         return 0;

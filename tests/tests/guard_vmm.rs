@@ -285,3 +285,42 @@ fn peer_access_reaches_pooled_virtual_memory_made_before_and_after() {
     assert_eq!(num(&s, "peer_later"), 3, "pieces mapped after the enable");
     assert_eq!(num(&s, "own_later"), 3);
 }
+
+/// `program handles 300` with a soft limit of 96 open files (hard limit above it), as ROCm 7's
+/// one descriptor per `hipMemCreate` handle meets a desktop's `ulimit -n`.
+fn handles_under_a_low_soft_limit(mut cmd: Command) -> (HashMap<String, i64>, Output) {
+    let exe = program();
+    let shell = format!("ulimit -Sn 96 && exec '{}' handles 300", exe.display());
+    let mut sh = Command::new("sh");
+    sh.arg("-c").arg(shell);
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => sh.env(k, v),
+            None => sh.env_remove(k),
+        };
+    }
+    cmd = sh;
+    run(cmd, &[], &[])
+}
+
+#[test]
+fn the_soft_limit_on_open_files_does_not_end_virtual_memory_early() {
+    let native = handles_under_a_low_soft_limit(sim_command(&program()));
+    assert!(
+        num(&native, "created") < 96,
+        "the simulator holds a descriptor per handle, as ROCm 7 does: {}",
+        text(&native.1)
+    );
+    assert_eq!(
+        num(&native, "code"),
+        OUT_OF_MEMORY,
+        "ROCm 7's misleading code"
+    );
+    let guarded = handles_under_a_low_soft_limit(guarded_command(&program()));
+    assert_eq!(
+        num(&guarded, "created"),
+        300,
+        "the shim raised the soft limit: {}",
+        text(&guarded.1)
+    );
+}

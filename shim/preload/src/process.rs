@@ -19,6 +19,35 @@ static RECLAIMING: Mutex<()> = Mutex::new(());
 /// The process whose reclaimer thread exists (a forked child has none).
 static RECLAIMER_PID: AtomicU32 = AtomicU32::new(0);
 
+/// Raises the soft limit on open files to the hard one (at most 2^20), once. ROCm 7 holds one
+/// dmabuf descriptor per `hipMemCreate` handle (ROCm/rocm-systems#10604), so at the usual soft
+/// limit of 1024 a program mapping 2 MiB handles (PyTorch's expandable segments, the pool's
+/// small pieces, shared blocks) stops near 2 GiB with `hipErrorOutOfMemory` while the device
+/// has gigabytes free. Said at info level; a limit already at the hard one is left alone.
+pub fn raise_open_files() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: valid out-struct; setrlimit only with values getrlimit allows.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 || lim.rlim_cur >= lim.rlim_max {
+                return;
+            }
+            let from = lim.rlim_cur;
+            lim.rlim_cur = lim.rlim_max.min(1 << 20);
+            if lim.rlim_cur > from && libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                crate::log::info(format_args!(
+                    "open files soft limit raised from {} to {}: the runtime may hold one per virtual memory handle",
+                    from, lim.rlim_cur
+                ));
+            }
+        }
+    });
+}
+
 pub fn reclaimer_started() {
     RECLAIMER_PID.store(std::process::id(), Ordering::Release);
 }

@@ -374,16 +374,6 @@ impl Active {
         (ok && (0..MAX_DEVICES as i32).contains(&d)).then_some(d)
     }
 
-    /// The virtual memory functions for `device`: its pool's, else the runtime's unchecked
-    /// (for mapping memory another process shares, `crate::ipc`).
-    pub fn virtual_memory_for(&self, device: i32) -> Option<Vmm> {
-        let pooled = self.pools.get(device as usize).and_then(|c| c.get());
-        match pooled {
-            Some(p) => p.source().virtual_memory().copied(),
-            None => (self.face.virtual_memory)(device),
-        }
-    }
-
     /// The pool of `device`, made on first use (with `device` current).
     pub fn pool(&'static self, device: i32) -> Option<&'static Pool<Source>> {
         let cell = self.pools.get(device as usize)?;
@@ -406,6 +396,9 @@ impl Active {
             let vmm = (self.face.virtual_memory)(device);
             // Exportable pieces where the runtime makes them (IPC of pooled blocks, `ipc.rs`);
             // else plain pieces, whose blocks the program cannot share.
+            if vmm.is_some() {
+                crate::process::raise_open_files();
+            }
             source.vmm = vmm.and_then(|v| {
                 let shared = v.sharing();
                 let shared = shared.filter(|s| source.on_device(|| self.probed(device, s, false)));
@@ -609,21 +602,6 @@ impl Active {
     /// Forgets a pass-through allocation once the runtime has freed it.
     pub fn external_free(&self, ptr: *mut c_void) {
         self.external_forget(Handed::Pointer, ptr)
-    }
-
-    /// Lets device `to` use `owner`'s pooled memory (see [`Guard::peer_access`]).
-    fn grant_peer(&'static self, owner: i32, to: i32) {
-        let peers = match self.peers.get(owner as usize) {
-            Some(p) if (0..64).contains(&to) => p,
-            _ => return,
-        };
-        let bit = 1u64 << to;
-        if to == owner || peers.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
-            return;
-        }
-        if let Some(pool) = self.pools[owner as usize].get() {
-            pool.source().grant_mapped(pool);
-        }
     }
 
     /// Forgets a pass-through pointer or handle once the runtime has freed or released it.

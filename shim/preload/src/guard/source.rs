@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use rocmguard_core::{DeviceSource, SourceError};
 
 use super::errors::keep_pending;
-use super::{Api, OUT_OF_MEMORY, SUCCESS};
+use super::{Active, Api, OUT_OF_MEMORY, SUCCESS};
 use crate::log;
 use crate::vmm::Vmm;
 
@@ -190,6 +190,33 @@ impl DeviceSource for Source {
             crate::group::release(self.device, size);
         }
         unmapped
+    }
+}
+
+impl Active {
+    /// The virtual memory functions for `device`: its pool's, else the runtime's unchecked
+    /// (for mapping memory another process shares, `crate::ipc`).
+    pub fn virtual_memory_for(&self, device: i32) -> Option<Vmm> {
+        let pooled = self.pools.get(device as usize).and_then(|c| c.get());
+        match pooled {
+            Some(p) => p.source().virtual_memory().copied(),
+            None => (self.face.virtual_memory)(device),
+        }
+    }
+
+    /// Lets device `to` use `owner`'s pooled memory (see [`Guard::peer_access`]).
+    pub(super) fn grant_peer(&'static self, owner: i32, to: i32) {
+        let peers = match self.peers.get(owner as usize) {
+            Some(p) if (0..64).contains(&to) => p,
+            _ => return,
+        };
+        let bit = 1u64 << to;
+        if to == owner || peers.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            return;
+        }
+        if let Some(pool) = self.pools[owner as usize].get() {
+            pool.source().grant_mapped(pool);
+        }
     }
 }
 
