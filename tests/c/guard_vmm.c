@@ -80,8 +80,9 @@ static void counted(void) {
     printf("last_error_after_create_past %d\n", hipGetLastError());
 
     OK(hipMemUnmap(va, 1536 * MiB));
-    OK(hipMemAddressFree(va, 1536 * MiB));
     printf("release %d\n", hipMemRelease(h));
+    printf("free_released_in_range %zu\n", free_now());
+    OK(hipMemAddressFree(va, 1536 * MiB));
     printf("free_after_release %zu\n", free_now());
     printf("malloc_after_release %d\n", hipMalloc(&p, GiB));
     printf("free_with_1GiB %zu\n", free_now());

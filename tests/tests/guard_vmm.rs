@@ -324,3 +324,38 @@ fn the_soft_limit_on_open_files_does_not_end_virtual_memory_early() {
         text(&guarded.1)
     );
 }
+
+#[test]
+fn a_device_that_returns_memory_only_with_its_range_gets_plain_segments() {
+    // The simulator's knob first: natively, released memory comes back with its range.
+    let on = [("HIPSIM_VMM_DEFERRED_RELEASE", "1")];
+    let mut cmd = sim_command(&program());
+    cmd.envs([("HIPSIM_VRAM", "2GiB")]);
+    let deferred = run(cmd, &[], &on);
+    assert_eq!(
+        num(&deferred, "free_released_in_range"),
+        GIB / 2,
+        "held until the range goes"
+    );
+    assert_eq!(num(&deferred, "free_after_release"), 2 * GIB);
+    assert_eq!(
+        num(&native(&[]), "free_released_in_range"),
+        2 * GIB,
+        "without the knob"
+    );
+
+    // The shim's first-use check sees it and keeps to plain segments, said once.
+    let s = guarded(&["queries"], &[on[0], ("ROCMGUARD_LOG", "info")]);
+    let stderr = String::from_utf8_lossy(&s.1.stderr).into_owned();
+    assert_eq!(num(&s, "data_ok"), 1);
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("virtual memory"))
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains("memory came back only with its address range"),
+        "one line, from the check at first use:\n{}",
+        stderr
+    );
+    assert!(stderr.contains("plain segments"), "{}", stderr);
+}

@@ -40,6 +40,10 @@ pub struct Config {
     /// `hipMemSetAccess` answers `hipErrorInvalidValue` while the device claims virtual memory
     /// support (`HIPSIM_VMM_SETACCESS_FAILS=1`), as reported for RDNA4 and gfx1151 parts.
     pub vmm_set_access_fails: bool,
+    /// Memory of a released handle goes back to the device only when the address range it was
+    /// last mapped in is freed (`HIPSIM_VMM_DEFERRED_RELEASE=1`), as Linux's amdgpu driver was
+    /// reported to do with ROCm's virtual memory.
+    pub vmm_deferred_release: bool,
 }
 
 impl Default for Config {
@@ -56,6 +60,7 @@ impl Default for Config {
             fail_above: None,
             vmm: true,
             vmm_set_access_fails: false,
+            vmm_deferred_release: false,
         }
     }
 }
@@ -120,6 +125,13 @@ impl Config {
             "0 or 1",
             parse_bool,
         );
+        let deferred_release = knob(
+            &get,
+            warn,
+            "HIPSIM_VMM_DEFERRED_RELEASE",
+            "0 or 1",
+            parse_bool,
+        );
 
         let vram = vram.unwrap_or(d.vram);
         let integrated = integrated.unwrap_or(d.integrated);
@@ -139,6 +151,7 @@ impl Config {
             fail_above: fail_above.or(d.fail_above),
             vmm: vmm.unwrap_or(d.vmm),
             vmm_set_access_fails: set_access_fails.unwrap_or(d.vmm_set_access_fails),
+            vmm_deferred_release: deferred_release.unwrap_or(d.vmm_deferred_release),
         }
     }
 }
@@ -242,6 +255,7 @@ mod tests {
             ("HIPSIM_FAIL_ABOVE", "1GiB"),
             ("HIPSIM_VMM", "0"),
             ("HIPSIM_VMM_SETACCESS_FAILS", "1"),
+            ("HIPSIM_VMM_DEFERRED_RELEASE", "1"),
         ]);
         assert!(w.is_empty(), "{:?}", w);
         assert_eq!(c.vram, 128 << 30);

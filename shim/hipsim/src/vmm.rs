@@ -125,6 +125,9 @@ fn access_of(flags: c_int) -> Option<Access> {
 
 struct Reservation {
     size: usize,
+    /// Bytes of released handles last mapped here, per device, held until the range is freed
+    /// (`HIPSIM_VMM_DEFERRED_RELEASE`).
+    deferred: Vec<(usize, i32)>,
 }
 
 struct Handle {
@@ -139,6 +142,8 @@ struct Handle {
     shareable: bool,
     /// Imported from another process's export: its memory is not this process's device's.
     imported: bool,
+    /// The reservation it was last mapped in.
+    reservation: Option<usize>,
 }
 
 struct Mapping {
@@ -190,8 +195,9 @@ impl Vmm {
             .reservations
             .range(..=ptr)
             .next_back()
-            .map_or(false, |(&start, r)| end <= start + r.size);
-        if !inside || self.mapped_within(ptr, end) {
+            .filter(|(&start, r)| end <= start + r.size)
+            .map(|(&start, _)| start);
+        if inside.is_none() || self.mapped_within(ptr, end) {
             return Err(INVALID_VALUE);
         }
         let h = self
@@ -205,6 +211,7 @@ impl Vmm {
             return Err(OUT_OF_MEMORY);
         }
         h.maps += 1;
+        h.reservation = inside;
         let mapping = Mapping {
             size,
             handle,
@@ -300,18 +307,34 @@ impl Vmm {
     /// Frees a handle's memory and returns its bytes to its device.
     fn drop_handle(&mut self, mem: &mut Memory, counters: &mut Counters, handle: usize) {
         if let Some(h) = self.handles.remove(&handle) {
-            if !h.imported {
-                mem.uncharge(counters, h.size, h.device);
+            let held = h
+                .reservation
+                .filter(|_| crate::config::get().vmm_deferred_release)
+                .and_then(|r| self.reservations.get_mut(&r));
+            match held {
+                _ if h.imported => {}
+                Some(r) => r.deferred.push((h.size, h.device)),
+                None => mem.uncharge(counters, h.size, h.device),
             }
         }
     }
 
-    fn free_reservation(&mut self, ptr: usize, size: usize) -> HipResult {
+    fn free_reservation(
+        &mut self,
+        mem: &mut Memory,
+        counters: &mut Counters,
+        ptr: usize,
+        size: usize,
+    ) -> HipResult {
         match self.reservations.get(&ptr) {
             Some(r) if r.size == size && !self.mapped_within(ptr, ptr + size) => {}
             _ => return Err(INVALID_VALUE),
         }
-        self.reservations.remove(&ptr);
+        if let Some(r) = self.reservations.remove(&ptr) {
+            for (bytes, device) in r.deferred {
+                mem.uncharge(counters, bytes, device);
+            }
+        }
         // SAFETY: exactly a range `sys::reserve` returned, with nothing mapped in it any more.
         unsafe { sys::free_reservation(ptr as *mut u8, size) };
         Ok(())
@@ -337,7 +360,13 @@ pub unsafe fn address_reserve(
     let align = alignment.max(GRANULARITY);
     let p = state::with(|s| {
         let p = sys::reserve(size, align, addr as usize).ok_or(OUT_OF_MEMORY)?;
-        s.vmm.reservations.insert(p as usize, Reservation { size });
+        s.vmm.reservations.insert(
+            p as usize,
+            Reservation {
+                size,
+                deferred: Vec::new(),
+            },
+        );
         Ok::<_, HipError>(p)
     })?;
     out.write(p as *mut c_void);
@@ -350,7 +379,10 @@ pub unsafe fn address_free(ptr: *mut c_void, size: usize) -> HipResult {
     if ptr.is_null() || size == 0 {
         return Err(INVALID_VALUE);
     }
-    state::with(|s| s.vmm.free_reservation(ptr as usize, size))
+    state::with(|s| {
+        s.vmm
+            .free_reservation(&mut s.mem, &mut s.counters, ptr as usize, size)
+    })
 }
 
 /// `hipMemCreate`: an allocating call like `hipMalloc` for capacity, counters and the fault
@@ -395,6 +427,7 @@ pub unsafe fn create(
             released: false,
             shareable: prop.requested_handle_type == HANDLE_TYPE_POSIX_FD,
             imported: false,
+            reservation: None,
         };
         s.vmm.handles.insert(handle, record);
         Ok::<_, HipError>(handle)
@@ -460,6 +493,7 @@ pub unsafe fn import_shareable(
             released: false,
             shareable: true,
             imported: true,
+            reservation: None,
         };
         s.vmm.handles.insert(handle, record);
         handle

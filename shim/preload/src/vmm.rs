@@ -249,20 +249,30 @@ impl Vmm {
 
     /// Checks at first use that virtual memory works end to end: reserve, create, map, grant
     /// access, write, read back, unmap, release, free the range. Some devices claim support and
-    /// then fail a step (`hipMemSetAccess` on RDNA4 and gfx1151). Returns the failed step and
-    /// its code (-1: other bytes came back).
-    pub fn probe(&self) -> Result<(), (&'static str, i32)> {
+    /// then fail a step (`hipMemSetAccess` on RDNA4 and gfx1151). `free` is the device's free
+    /// memory (`MemGetInfo`): memory given back must show there before its address range is
+    /// freed, else the pool's trims would free nothing (Linux was reported to return it only
+    /// with the whole range). Returns the failed step and its code (-1: other bytes came back;
+    /// -2: the memory did not come back).
+    pub fn probe(&self, free: &dyn Fn() -> Option<u64>) -> Result<(), (&'static str, i32)> {
         let size = PAGE as u64;
         let addr = self.reserve(size).map_err(|c| ("reserve", c))?;
-        let used = self.probe_range(addr, size);
+        let used = self.probe_range(addr, size, free);
         let freed = self.unreserve(addr, size).map_err(|c| ("address free", c));
         used.and(freed)
     }
 
-    fn probe_range(&self, addr: u64, size: u64) -> Result<(), (&'static str, i32)> {
+    fn probe_range(
+        &self,
+        addr: u64,
+        size: u64,
+        free: &dyn Fn() -> Option<u64>,
+    ) -> Result<(), (&'static str, i32)> {
+        let before = free();
         let handles = self
             .map(addr, size, size, 0)
             .map_err(|c| ("create, map or set access", c))?;
+        let mapped = free();
         let written: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
         let mut read = vec![0u8; written.len()];
         let at = addr + size - written.len() as u64;
@@ -277,7 +287,14 @@ impl Vmm {
             .into_iter()
             .try_for_each(|h| self.unmap(addr, size, h))
             .map_err(|c| ("unmap or release", c));
-        copied.and(unmapped)
+        // Judged only where the mapping itself showed in the device's free memory.
+        let returned = match (before, mapped, free()) {
+            (Some(b), Some(m), Some(a)) if m + size / 2 <= b && a + size / 2 <= b => {
+                Err(("release (memory came back only with its address range)", -2))
+            }
+            _ => Ok(()),
+        };
+        copied.and(unmapped).and(returned)
     }
 
     /// Unmaps what [`Vmm::map`] mapped and gives its memory back.

@@ -448,7 +448,13 @@ impl Active {
     fn probed(&self, device: i32, vmm: &Vmm, say: bool) -> bool {
         // SAFETY: no arguments.
         let before = unsafe { (self.api.peek_last_error)() };
-        let result = vmm.probe();
+        let free = || {
+            let (mut free, mut total) = (0usize, 0usize);
+            // SAFETY: valid out-pointers; the device is current (the caller's `on_device`).
+            let code = unsafe { (self.api.mem_get_info)(&mut free, &mut total) };
+            (code == SUCCESS).then_some(free as u64)
+        };
+        let result = vmm.probe(&free);
         if result.is_err() {
             unsafe { (self.api.get_last_error)() };
             if before != SUCCESS {
