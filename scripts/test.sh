@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages="gcc python3 libamdhip64-5 libamdhip64-dev rustc cargo"
+packages="gcc python3 libamdhip64-5 libamdhip64-dev rustc cargo librust-once-cell-dev"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -23,6 +23,7 @@ if grep -rln --include='*.rs' --include='*.sh' --include='*.py' --include='*.c' 
     exit 1
 fi
 cargo fmt --all --check
+(cd windows && cargo fmt --all --check)
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
 # The test stages all run, each one's output kept to count its tests; the last line is the

@@ -6,6 +6,7 @@
 //! on, then `end TOTAL`: a file cut short, or changed by hand, is told from one written whole.
 
 use std::ffi::OsStr;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &str = "rocmguard-group 1";
@@ -39,10 +40,10 @@ pub fn render(held: &[u64]) -> String {
     let mut text = String::from(MAGIC);
     let mut total = 0u64;
     for (device, bytes) in held.iter().enumerate().filter(|(_, b)| **b > 0) {
-        text.push_str(&format!("\n{} {}", device, bytes));
+        let _ = write!(text, "\n{} {}", device, bytes);
         total = total.saturating_add(*bytes);
     }
-    text.push_str(&format!("\nend {}\n", total));
+    let _ = writeln!(text, "\nend {}", total);
     text
 }
 

@@ -25,6 +25,7 @@
 //! Readers ignore `key=value` pairs they do not know, so fields can be added.
 
 use std::ffi::OsString;
+use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -100,9 +101,9 @@ impl Record {
             one_line(&self.command)
         );
         for (device, stats) in &self.devices {
-            out.push_str(&format!("dev {}", device));
+            let _ = write!(out, "dev {}", device);
             for (name, get, _) in FIELDS {
-                out.push_str(&format!(" {}={}", name, get(stats)));
+                let _ = write!(out, " {}={}", name, get(stats));
             }
             out.push('\n');
         }
@@ -497,16 +498,14 @@ mod tests {
     }
 
     #[test]
+    #[cfg(unix)]
     fn refuses_a_symlinked_directory() {
         let dir = scratch("symlink");
         fs::create_dir_all(&dir).unwrap();
         let link = dir.join("link");
-        #[cfg(unix)]
-        {
-            std::os::unix::fs::symlink(&dir, &link).unwrap();
-            let err = publish_in(&link, std::process::id(), "x", &[]).unwrap_err();
-            assert!(err.to_string().contains("not a directory"), "{}", err);
-        }
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let err = publish_in(&link, std::process::id(), "x", &[]).unwrap_err();
+        assert!(err.to_string().contains("not a directory"), "{}", err);
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,5 +1,7 @@
 //! Per-device figures: current, peak and total, as mimalloc reports them.
 
+use std::fmt::Write as _;
+
 use crate::size::format_size;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,8 +71,9 @@ impl Stats {
             "device        live   peak live    reserved  peak resvd         cap  peak-resv/live  allocs   hits  dev-allocs  dev-frees  trims  retries  ooms\n",
         );
         for (d, s) in devices {
-            out.push_str(&format!(
-                "dev{:<3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>14.3}x {:>7} {:>6} {:>11} {:>10} {:>6} {:>8} {:>5}\n",
+            let _ = writeln!(
+                out,
+                "dev{:<3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>14.3}x {:>7} {:>6} {:>11} {:>10} {:>6} {:>8} {:>5}",
                 d,
                 format_size(s.live),
                 format_size(s.peak_live),
@@ -85,7 +88,7 @@ impl Stats {
                 s.trims,
                 s.retries,
                 s.ooms
-            ));
+            );
         }
         out
     }

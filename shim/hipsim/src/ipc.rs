@@ -106,8 +106,9 @@ hip_export! {
                 .remove(&(ptr as usize));
             let (base, size) = opened.ok_or(INVALID_VALUE)?;
             state::with(|s| s.mem.remove_mapping(base));
-            // SAFETY: a mapping `open_shared` made, no longer in the table.
-            unsafe { sys::unmap(base as *mut u8, size) };
+            // A mapping `open_shared` made, no longer in the table (the export's unsafe context
+            // covers the call).
+            sys::unmap(base as *mut u8, size);
             Ok(())
         })
     }

@@ -20,10 +20,10 @@ use rocmguard_core::{Config, Stats};
 #[path = "../../../shim/preload/src/blas.rs"]
 mod blas;
 // Its fork handling (`fork_holds`, `forget_after_fork`) has no use on Windows.
+mod group;
 #[allow(dead_code)]
 #[path = "../../../shim/preload/src/guard/mod.rs"]
 mod guard;
-mod group;
 mod hip;
 mod hooks;
 mod ipc;

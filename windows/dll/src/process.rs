@@ -7,7 +7,10 @@ pub fn reclaimer_started() {}
 /// Windows has no per-process limit on handles of this kind to raise.
 pub fn raise_open_files() {}
 
+/// What Linux's permit holds while the reclaimer synchronizes; never handed out here.
+pub struct Permit;
+
 /// Never: the reclaimer thread ends at once.
-pub fn reclaim_permit() -> Option<()> {
+pub fn reclaim_permit() -> Option<Permit> {
     None
 }

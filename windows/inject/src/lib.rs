@@ -11,6 +11,9 @@
 //! Chosen over an early-bird APC (queued to the suspended main thread) because the injector
 //! learns the result before it lets the child run: the thread's exit code is `LoadLibraryW`'s
 //! result (its low 32 bits), zero when the load failed. Both work under wine.
+// `Handle` is an opaque OS handle, passed to the OS and never dereferenced here (the OS
+// checks it), so the functions that take one are safe.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use std::ffi::c_void;
 use std::os::windows::ffi::OsStrExt;

@@ -4,6 +4,7 @@
 //! guard itself uses, so a bad one stops the launch with the guard's own reason.
 
 use std::ffi::OsString;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use rocmguard_core::config::{find_key, Key};
@@ -119,14 +120,15 @@ pub fn help() -> String {
         } else {
             format!(" {}", key.name.to_ascii_uppercase())
         };
-        out.push_str(&format!(
-            "  --{}{}\n      {} [{}; default {}]\n",
+        let _ = writeln!(
+            out,
+            "  --{}{}\n      {} [{}; default {}]",
             key.option_name(),
             value,
             key.help,
             key.var(),
             key.default
-        ));
+        );
     }
     out
 }
