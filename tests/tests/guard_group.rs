@@ -239,16 +239,7 @@ struct Ctl {
 
 impl Ctl {
     fn start(runtime: &Path, group: &str) -> Ctl {
-        let mut child = guarded_command(exe())
-            .arg("ctl")
-            .env("ROCMGUARD_GROUP", group)
-            .env("ROCMGUARD_VRAM_LIMIT", "2GiB")
-            .env("XDG_RUNTIME_DIR", runtime)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = member(exe(), runtime, group, &["ctl".into()]);
         let mut out = BufReader::new(child.stdout.take().unwrap());
         read_until(&mut out, "ready");
         Ctl { child, out }

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 use rocmguard_tests::{compile_c, guarded_command, output, sim_command, text};
@@ -20,6 +20,22 @@ const BLOCKS: i64 = 8;
 fn program() -> &'static PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| compile_c("guard_ipc", &["guard_ipc.c"], &["-lamdhip64"]))
+}
+
+/// Runs `opener` on the `handle` lines; its output.
+fn open(mut opener: Command, runtime: &Path, handles: &str) -> Output {
+    let mut child = opener
+        .arg("open")
+        .env("XDG_RUNTIME_DIR", runtime)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(handles.as_bytes()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
 }
 
 /// Exports under the shim, opens with `opener`; the opener's `key value` lines and the blocks
@@ -54,22 +70,7 @@ fn share(
     }
     assert_eq!(handles.lines().count() as i64, BLOCKS, "{}", handles);
 
-    let mut opener = opener;
-    let mut child = opener
-        .arg("open")
-        .env("XDG_RUNTIME_DIR", runtime)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(handles.as_bytes())
-        .unwrap();
-    let opened = child.wait_with_output().unwrap();
+    let opened = open(opener, runtime, &handles);
     assert!(opened.status.success(), "{}", text(&opened));
     let values = String::from_utf8_lossy(&opened.stdout)
         .lines()
@@ -148,21 +149,7 @@ fn a_handle_of_a_process_that_exited_fails_cleanly() {
         .filter(|l| l.starts_with("handle "))
         .map(|l| format!("{}\n", l))
         .collect();
-    let mut opener = guarded_command(program())
-        .arg("open")
-        .env("XDG_RUNTIME_DIR", runtime.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    opener
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(handles.as_bytes())
-        .unwrap();
-    let done = opener.wait_with_output().unwrap();
+    let done = open(guarded_command(program()), runtime.path(), &handles);
     let said = text(&done);
     assert!(done.status.success(), "{}", said);
     assert!(said.contains(&format!("failed {}", BLOCKS)), "{}", said);

@@ -393,6 +393,17 @@ fn answer(mut s: UnixStream) -> std::io::Result<()> {
 /// Space for one descriptor's control message.
 const CMSG_BYTES: usize = 64;
 
+/// A message header over one 8-byte payload and a control buffer for one descriptor.
+fn header(iov: &mut libc::iovec, control: &mut [u8; CMSG_BYTES], len: usize) -> libc::msghdr {
+    // SAFETY: msghdr is plain data; all-zero is its empty value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut c_void;
+    msg.msg_controllen = len as _;
+    msg
+}
+
 fn send_fd(s: &UnixStream, size: u64, fd: RawFd) -> std::io::Result<()> {
     let payload = size.to_le_bytes();
     let mut iov = libc::iovec {
@@ -403,11 +414,8 @@ fn send_fd(s: &UnixStream, size: u64, fd: RawFd) -> std::io::Result<()> {
     // SAFETY: msghdr points at live buffers; the control buffer holds one descriptor's message
     // (CMSG_SPACE of an int is far below 64 bytes).
     unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr() as *mut c_void;
-        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as _;
+        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+        let msg = header(&mut iov, &mut control, space);
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
@@ -429,11 +437,7 @@ fn recv_fd(s: &UnixStream) -> std::io::Result<(u64, RawFd)> {
     let mut control = [0u8; CMSG_BYTES];
     // SAFETY: as in `send_fd`; the descriptor is read only from a SCM_RIGHTS message.
     unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr() as *mut c_void;
-        msg.msg_controllen = control.len() as _;
+        let mut msg = header(&mut iov, &mut control, CMSG_BYTES);
         let n = libc::recvmsg(
             s.as_raw_fd(),
             &mut msg,
