@@ -882,16 +882,17 @@ def check_transparency(ctx, gpus):
         ctx.row(7, "transparency.py", "FAIL", f"no CHECK line (exit {rc}): {tail(err)}")
 
     env = dict(os.environ, LD_PRELOAD=ctx.lib, **ctx.settings)
-    for name, extra, want in [
-        ("IPC of pooled tensors (torch.multiprocessing)", [], "every tensor intact"),
-        ("IPC, consumer not preloaded", ["--opener-without-shim"], "a clean error, never wrong data"),
+    for name, script, extra, want in [
+        ("IPC of pooled tensors (torch.multiprocessing)", "ipc.py", [], "every tensor intact"),
+        ("IPC, consumer not preloaded", "ipc.py", ["--opener-without-shim"], "a clean error, never wrong data"),
+        ("IPC through the driver API (cuIpc*, ctypes)", "ipc_driver.py", [], "every tensor intact"),
     ]:
-        rc, err, found = lines([ctx.python, str(HERE / "ipc.py"), *extra], env)
+        rc, err, found = lines([ctx.python, str(HERE / script), *extra], env)
         text = " ".join(found[0][1:]) if found else "no CHECK line"
         figures = dict(zip(text.split()[::2], text.split()[1::2]))
         ok = rc == 0 and figures.get("wrong") == "0"
         if not extra:
-            ok = ok and figures.get("refused") == "0" and figures.get("failed-to-open") == "0"
+            ok = ok and figures.get("refused", "0") == "0" and figures.get("failed-to-open") == "0"
         ctx.row(7, name, "PASS" if ok else "FAIL", f"{text}: {want} (exit {rc})")
 
     name = "kernel on GPU 1 using GPU 0's pooled memory after peer access"

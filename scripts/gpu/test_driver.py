@@ -387,6 +387,8 @@ def fake_scripts(wrong):
         name = Path(command[-1]).name
         if any(c.endswith("transparency.py") for c in command):
             return 0, "CHECK expandable PASS free 1.99 GiB\nCHECK group PASS got it 0.5 s after\n", ""
+        if any(c.endswith("ipc_driver.py") for c in command):
+            return (1 if wrong else 0), f"CHECK ipc-driver intact {10 - wrong} failed-to-open 0 wrong {wrong}\n", ""
         if any(c.endswith("ipc.py") for c in command):
             line = f"CHECK ipc intact {18 - wrong} refused 0 failed-to-open 0 wrong {wrong}\n"
             if "--opener-without-shim" in command:
@@ -420,6 +422,7 @@ class Transparency(unittest.TestCase):
         self.assertEqual(seen["group"], "PASS")
         self.assertEqual(seen["IPC of pooled tensors (torch.multiprocessing)"], "FAIL")
         self.assertEqual(seen["IPC, consumer not preloaded"], "FAIL")
+        self.assertEqual(seen["IPC through the driver API (cuIpc*, ctypes)"], "FAIL")
         self.assertEqual(seen["kernel on GPU 1 using GPU 0's pooled memory after peer access"], "SKIP")
 
     def test_all_pass_with_two_gpus(self):

@@ -4,7 +4,7 @@
 //! driver's `cuGetProcAddress` answers with these hooks. The pool's own virtual memory calls
 //! use the real functions (`cuda.rs`), so they are never counted twice.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 use crate::cuda::CUDA;
 use crate::guard::SUCCESS;
@@ -20,6 +20,7 @@ const ATTRIBUTE_RANGE_SIZE: c_int = 12;
 /// The CUDA versions from which a base name means the `_v2` export.
 const ADDRESS_RANGE_V2: c_int = 3020;
 const PROC_ADDRESS_V2: c_int = 12000;
+const IPC_OPEN_V2: c_int = 11000;
 
 /// The export that a driver lookup of `name` at CUDA `version` answers with, for the names
 /// whose ABI changed; `None` where the answer is an older ABI than our hook's.
@@ -28,6 +29,7 @@ fn export_name(name: &[u8], version: c_int) -> Option<&[u8]> {
         b"cuMemGetAddressRange" if version >= ADDRESS_RANGE_V2 => Some(b"cuMemGetAddressRange_v2"),
         b"cuMemGetAddressRange" => None,
         b"cuGetProcAddress" if version >= PROC_ADDRESS_V2 => Some(b"cuGetProcAddress_v2"),
+        b"cuIpcOpenMemHandle" if version >= IPC_OPEN_V2 => Some(b"cuIpcOpenMemHandle_v2"),
         other => Some(other),
     }
 }
@@ -106,6 +108,24 @@ hooks! {
         }
     }
 
+    [""] fn cuIpcGetMemHandle(handle: *mut c_void, ptr: u64) -> i32 |pass| {
+        CUDA.ipc_get(handle, ptr as *mut c_void, true, pass)
+    }
+
+    [""] fn cuIpcOpenMemHandle(ptr: *mut u64, handle: crate::ipc::IpcHandle, flags: c_uint) -> i32 |pass| {
+        let _ = flags;
+        CUDA.ipc_open(ptr as *mut *mut c_void, handle, pass)
+    }
+
+    [""] fn cuIpcOpenMemHandle_v2(ptr: *mut u64, handle: crate::ipc::IpcHandle, flags: c_uint) -> i32 |pass| {
+        let _ = flags;
+        CUDA.ipc_open(ptr as *mut *mut c_void, handle, pass)
+    }
+
+    [""] fn cuIpcCloseMemHandle(ptr: u64) -> i32 |pass| {
+        CUDA.ipc_close(ptr as *mut c_void, pass)
+    }
+
     [""] fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> i32 |pass| {
         let _ = flags;
         lookup_answer(pass(), symbol, pfn, version)
@@ -138,6 +158,10 @@ mod tests {
             Some("cuGetProcAddress")
         );
         assert_eq!(name(b"cuMemCreate", 12000).as_deref(), Some("cuMemCreate"));
+        assert_eq!(
+            name(b"cuIpcOpenMemHandle", 12000).as_deref(),
+            Some("cuIpcOpenMemHandle_v2")
+        );
         assert!(hook_for(b"cuMemCreate", 0).is_some());
         assert!(dlsym_hook_for(b"cuGetProcAddress_v2", 0).is_none());
         assert!(dlsym_hook_for(b"cuMemRelease", 0).is_some());
