@@ -155,6 +155,17 @@ fn a_handle_of_a_process_that_exited_fails_cleanly() {
     assert!(said.contains(&format!("failed {}", BLOCKS)), "{}", said);
     assert!(said.contains("opened 0"), "{}", said);
     assert_eq!(said.matches("IPC handle").count(), 1, "said once: {}", said);
+    let left: Vec<_> = std::fs::read_dir(runtime.path().join("rocmguard"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("ipc-"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the exporter's socket went with it: {:?}",
+        left
+    );
 }
 
 /// Plain segments: the runtime's handles, with the block's offset in its segment.

@@ -292,6 +292,15 @@ pub fn forget(token: u64) {
     }
 }
 
+/// At exit: this process's socket, if it served, goes (handles of a process that has exited
+/// fail to open either way).
+pub fn remove_socket() {
+    let guard = EXPORTS.lock().unwrap_or_else(|e| e.into_inner());
+    if guard.as_ref().is_some_and(|e| e.serving && e.pid == pid()) {
+        let _ = std::fs::remove_file(socket_path(pid()));
+    }
+}
+
 /// Starts answering openers on this process's socket.
 fn serve() -> Result<(), String> {
     let path = socket_path(pid());

@@ -123,6 +123,7 @@ extern "C" fn at_exit() {
         }
         crate::trace::finish();
         let _ = rocmguard_core::live::remove(std::process::id());
+        crate::ipc::remove_socket();
         // Printed directly: the log's thread-local dispatcher is gone by now (glibc runs
         // thread-local destructors before atexit handlers).
         if crate::config().is_some_and(|c| c.log != "off" && c.log != "error") {
