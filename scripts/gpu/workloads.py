@@ -89,7 +89,8 @@ class MoE(nn.Module):
             for e, expert in enumerate(experts):
                 idx = (choice == e).nonzero(as_tuple=True)[0]
                 if idx.numel():
-                    out.index_add_(0, idx, expert(x.index_select(0, idx)))
+                    # Under autocast the expert answers in bf16; the sum stays in x's dtype.
+                    out.index_add_(0, idx, expert(x.index_select(0, idx)).to(out.dtype))
             x = x + out
         return x
 

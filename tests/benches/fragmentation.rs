@@ -37,6 +37,9 @@ fn main() {
         ("gpt2_train", 1.7),
         ("resnet_train", 1.3),
         ("model_swap_video", 0.6),
+        ("moe", 3.9),
+        ("decode", 0.03),
+        ("unet", 0.56),
     ] {
         let path = dir.join(format!("{}.csv.gz", name));
         let traces = load::load_path(&path).unwrap_or_else(|e| panic!("{}", e));
