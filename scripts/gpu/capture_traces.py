@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Records tensor allocation traces of the workloads nobody tuned for (scripts/gpu/workloads.py:
-moe, decode, unet) from PyTorch's caching allocator's own history, for the fragmentation
+moe, decode, unet, lora) from PyTorch's caching allocator's own history, for the fragmentation
 benchmark. Writes, per workload, `<name>.csv.gz` in the RMM allocation-log layout of
 data/traces (allocate/free for the tensors, segment_alloc/segment_free for what the caching
 allocator took from the driver) and prints PyTorch's peak reserved / peak allocated with its
@@ -27,7 +27,9 @@ def capture(name, steps, out):
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     # Recording first, so the model's own tensors are in the trace too.
-    torch.cuda.memory._record_memory_history(max_entries=2_000_000)
+    # No stacks: only the events are needed (stack capture also trips on checkpointed
+    # recomputation in torch 2.11: "returned NULL without setting an exception").
+    torch.cuda.memory._record_memory_history(context=None, max_entries=2_000_000)
     step = getattr(workloads, f"build_{name}")("cuda")
     for _ in range(steps):
         step()
@@ -53,7 +55,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
     p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--only", default="moe,decode,unet")
+    p.add_argument("--only", default="moe,decode,unet,lora")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     for name in args.only.split(","):

@@ -34,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 TAG = "OVERHEAD-RESULT"
 TARGETS = {"shim": 1.01, "shim-nocache": 1.05}
-STEPS = {"gpt2": (3, 12), "resnet50": (3, 15), "decode": (2, 6), "moe": (3, 15), "unet": (3, 20)}
+STEPS = {"gpt2": (3, 12), "resnet50": (3, 15), "decode": (2, 6), "moe": (3, 15), "unet": (3, 20), "lora": (3, 15)}
 
 
 def child(workloads, counting):

@@ -11,6 +11,8 @@ shapes and the runs with and without the shim do the same work.
 - moe: a mixture-of-experts layer stack, training, with expert token counts that change every
   step (the shapes an allocator sees change every step).
 - unet: a small diffusion UNet trained at a resolution that changes every step (256..512).
+- lora: LoRA fine-tuning of a 12-layer transformer with activation checkpointing, at a sequence
+  length that changes every step.
 """
 
 import random
@@ -151,6 +153,60 @@ def build_unet(device, seed=0):
     return step
 
 
+class LoRALinear(nn.Module):
+    """A frozen linear layer with a trainable low-rank update (LoRA)."""
+
+    def __init__(self, dim_in, dim_out, rank=16):
+        super().__init__()
+        self.base = nn.Linear(dim_in, dim_out)
+        self.base.requires_grad_(False)
+        self.a = nn.Parameter(torch.randn(dim_in, rank) * 0.01)
+        self.b = nn.Parameter(torch.zeros(rank, dim_out))
+
+    def forward(self, x):
+        return self.base(x) + (x @ self.a) @ self.b
+
+
+class LoRABlock(nn.Module):
+    def __init__(self, dim=1024, heads=16):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = LoRALinear(dim, 3 * dim), LoRALinear(dim, dim)
+        self.up, self.down = LoRALinear(dim, 4 * dim), LoRALinear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.down(F.gelu(self.up(self.ln2(x))))
+
+
+def build_lora(device, seed=0):
+    """LoRA fine-tuning of a 12-layer transformer with activation checkpointing per layer, at a
+    sequence length that changes every step (256..1024): recomputation in the backward pass
+    allocates in a different order than the forward did."""
+    from torch.utils.checkpoint import checkpoint
+
+    blocks = nn.ModuleList(LoRABlock() for _ in range(12)).to(device)
+    params = [p for p in blocks.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    rng = random.Random(seed)
+
+    def step():
+        t = rng.choice((256, 384, 512, 768, 1024))
+        x = torch.randn(8, t, 1024, device=device, requires_grad=True)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            for blk in blocks:
+                x = checkpoint(blk, x, use_reentrant=False)
+        x.float().pow(2).mean().backward()
+        opt.step()
+
+    return step
+
+
 def build_train(model_name, device):
     """GPT-2 / ResNet-50 training steps from train.py."""
     import argparse
@@ -177,4 +233,5 @@ BUILDERS = {
     "decode": build_decode,
     "moe": build_moe,
     "unet": build_unet,
+    "lora": build_lora,
 }

@@ -40,6 +40,7 @@ fn main() {
         ("moe", 3.9),
         ("decode", 0.03),
         ("unet", 0.56),
+        ("lora", 0.4),
     ] {
         let path = dir.join(format!("{}.csv.gz", name));
         let traces = load::load_path(&path).unwrap_or_else(|e| panic!("{}", e));
