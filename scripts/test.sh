@@ -17,9 +17,10 @@ if [ -n "$missing" ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing >/dev/null
 fi
 
-# A clone of this repository alone must pass: nothing may read ../shared (the traces live in data/).
+# A clone of this repository alone must pass: no source may reach for the workplace's shared
+# folder beside the checkout (the traces live in data/).
 if grep -rln --include='*.rs' --include='*.sh' --include='*.py' --include='*.c' '\.\./shared' shim tests scripts examples windows 2>/dev/null | grep -v '/target/' | grep -v '^scripts/test.sh$'; then
-    echo "test: the files above read ../shared, which a clone of this repository does not have" >&2
+    echo "test: the files above reach outside the checkout for the shared folder, which a clone of this repository does not have" >&2
     exit 1
 fi
 cargo fmt --all --check

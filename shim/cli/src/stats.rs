@@ -174,8 +174,7 @@ fn process_view(r: &Record, now: SystemTime, dir: &Path) -> String {
 
 /// Where this user's groups live, as the shim finds them (`rocmguard_core::group::base_dir`).
 fn group_base() -> std::path::PathBuf {
-    use std::os::unix::fs::MetadataExt;
-    let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
+    let uid = live::current_uid().unwrap_or(0);
     group::base_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid)
 }
 

@@ -375,14 +375,15 @@ fn check_owner(_dir: &Path, _meta: &fs::Metadata) -> io::Result<()> {
 }
 
 /// This process's effective uid: `/proc/self` belongs to it.
+/// This process's user, from `/proc/self` (no FFI in the core).
 #[cfg(unix)]
-fn current_uid() -> Option<u32> {
+pub fn current_uid() -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     fs::metadata("/proc/self").ok().map(|m| m.uid())
 }
 
 #[cfg(not(unix))]
-fn current_uid() -> Option<u32> {
+pub fn current_uid() -> Option<u32> {
     None
 }
 

@@ -291,6 +291,30 @@ impl Vmm {
         Ok(())
     }
 
+    /// Records a new handle (made here, or `imported` from another process); its number.
+    fn add_handle(
+        &mut self,
+        size: usize,
+        device: i32,
+        physical: sys::Physical,
+        shareable: bool,
+        imported: bool,
+    ) -> usize {
+        self.last_handle += 16;
+        let record = Handle {
+            size,
+            device,
+            physical,
+            maps: 0,
+            released: false,
+            shareable,
+            imported,
+            reservation: None,
+        };
+        self.handles.insert(self.last_handle, record);
+        self.last_handle
+    }
+
     fn release(&mut self, mem: &mut Memory, counters: &mut Counters, handle: usize) -> HipResult {
         let h = self
             .handles
@@ -417,20 +441,8 @@ pub unsafe fn create(
         let physical = s.mem.charge(s.cfg, &mut s.counters, size, device, || {
             sys::Physical::create(size)
         })?;
-        s.vmm.last_handle += 16;
-        let handle = s.vmm.last_handle;
-        let record = Handle {
-            size,
-            device,
-            physical,
-            maps: 0,
-            released: false,
-            shareable: prop.requested_handle_type == HANDLE_TYPE_POSIX_FD,
-            imported: false,
-            reservation: None,
-        };
-        s.vmm.handles.insert(handle, record);
-        Ok::<_, HipError>(handle)
+        let shareable = prop.requested_handle_type == HANDLE_TYPE_POSIX_FD;
+        Ok::<_, HipError>(s.vmm.add_handle(size, device, physical, shareable, false))
     })?;
     out.write(handle as *mut c_void);
     Ok(())
@@ -482,22 +494,7 @@ pub unsafe fn import_shareable(
     let (physical, size) =
         sys::Physical::import(os_handle as usize as c_int).ok_or(INVALID_VALUE)?;
     let device = state::current_device();
-    let handle = state::with(|s| {
-        s.vmm.last_handle += 16;
-        let handle = s.vmm.last_handle;
-        let record = Handle {
-            size,
-            device,
-            physical,
-            maps: 0,
-            released: false,
-            shareable: true,
-            imported: true,
-            reservation: None,
-        };
-        s.vmm.handles.insert(handle, record);
-        handle
-    });
+    let handle = state::with(|s| s.vmm.add_handle(size, device, physical, true, true));
     out.write(handle as *mut c_void);
     Ok(())
 }

@@ -72,8 +72,7 @@ fn join(name: &str) -> Result<Member, String> {
     let dir = files::dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid, name);
     let base = dir.parent().unwrap_or(&dir).to_path_buf();
     for d in [&base, &dir] {
-        let _ = std::fs::DirBuilder::new().mode(0o700).create(d);
-        private_dir(d, uid)?;
+        private_dir_made(d)?;
     }
     let open = |path: &Path| {
         std::fs::OpenOptions::new()

@@ -314,7 +314,6 @@ impl Guard {
         }
     }
 
-    /// `DeviceEnablePeerAccess`: kernels of one device may now use another's memory.
     /// `DeviceEnablePeerAccess(peer)`: the current device may now use `peer`'s memory, so
     /// every piece of `peer`'s virtual segments, mapped now or later, is made accessible to it
     /// as the runtime's own allocations are.
@@ -443,8 +442,7 @@ impl Active {
 
     /// Whether `vmm` passes [`Vmm::probe`] on `device` (current); if not, says so once. Out of
     /// memory proves nothing (the device may be full for now): the pool copes with it as with
-    /// any. The runtime's last error is left as it was.
-    /// Whether `vmm` passes its first-use check; a failure is said where `say`.
+    /// any. The runtime's last error is left as it was. A failure is said only where `say`.
     fn probed(&self, device: i32, vmm: &Vmm, say: bool) -> bool {
         // SAFETY: no arguments.
         let before = unsafe { (self.api.peek_last_error)() };
