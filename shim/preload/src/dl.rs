@@ -3,22 +3,8 @@
 
 use std::ffi::{c_char, c_void, CStr};
 
-use crate::resolve::real_dlsym;
-
-/// Our hook for `name` in any face, remembering `real` as its real function.
-pub fn hook_for(name: &[u8], real: usize) -> Option<usize> {
-    if name.starts_with(b"hip") {
-        crate::hip::hook_for(name, real).or_else(|| crate::blas::hook_for(name, real))
-    } else if name.starts_with(b"cuda") {
-        crate::cuda::hook_for(name, real)
-    } else if name.starts_with(b"cu") {
-        crate::cuda_driver::dlsym_hook_for(name, real)
-    } else if name.starts_with(b"rocblas") || name.starts_with(b"miopen") {
-        crate::blas::hook_for(name, real)
-    } else {
-        None
-    }
-}
+use rocmguard_guard::platform::real_dlsym;
+use rocmguard_guard::{degraded, hook_for};
 
 /// `dlsym`: the real answer, replaced by our hook where the name is hooked.
 ///
@@ -32,7 +18,7 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     }
     let name = CStr::from_ptr(symbol).to_bytes();
     match std::panic::catch_unwind(|| hook_for(name, found as usize)) {
-        Ok(Some(hook)) if !crate::degraded() => hook as *mut c_void,
+        Ok(Some(hook)) if !degraded() => hook as *mut c_void,
         _ => found,
     }
 }

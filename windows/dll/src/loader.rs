@@ -14,10 +14,9 @@ use std::os::raw::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::patch;
-use crate::win::{self, Handle, Module};
-
-/// BLAS and MIOpen libraries whose handle creation is guarded (`blas.rs`).
-const BLAS_LIBS: &[&str] = &["rocblas", "hipblas", "miopen"];
+use rocmguard_guard::platform::modules;
+use rocmguard_guard::platform::win::{self, Handle, Module};
+use rocmguard_guard::{config, degraded, log};
 
 /// Where an import comes from, as far as we care.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -31,9 +30,9 @@ pub enum Import {
 
 /// What kind of import a DLL name (lower-case) stands for, if we hook any of its functions.
 pub fn import_kind(dll: &str) -> Option<Import> {
-    if patch::is_one_of(dll, crate::hip::LIBS) {
+    if modules::is_one_of(dll, rocmguard_guard::HIP_LIBS) {
         Some(Import::Hip)
-    } else if patch::is_one_of(dll, BLAS_LIBS) {
+    } else if modules::is_one_of(dll, rocmguard_guard::BLAS_LIBS) {
         Some(Import::Blas)
     } else if dll == "kernel32.dll"
         || dll == "kernelbase.dll"
@@ -50,21 +49,8 @@ pub fn import_kind(dll: &str) -> Option<Import> {
 /// current value) as the real function of a hook that has none yet.
 pub fn hook_for_import(kind: Import, name: &[u8], real: usize) -> Option<usize> {
     match kind {
-        Import::Hip => crate::hip::hook_for(name, real),
-        Import::Blas => crate::blas::hook_for(name, real),
+        Import::Hip | Import::Blas => rocmguard_guard::hook_for(name, real),
         Import::System => system_hook(name),
-    }
-}
-
-/// Our hook for a HIP or BLAS function `name`, whatever library it is asked of
-/// (`hipGetProcAddress` answers).
-pub fn hook_for_name(name: &[u8], real: usize) -> Option<usize> {
-    if name.starts_with(b"hip") {
-        crate::hip::hook_for(name, real).or_else(|| crate::blas::hook_for(name, real))
-    } else if name.starts_with(b"rocblas") || name.starts_with(b"miopen") {
-        crate::blas::hook_for(name, real)
-    } else {
-        None
     }
 }
 
@@ -84,7 +70,7 @@ fn system_hook(name: &[u8]) -> Option<usize> {
 
 /// Patches whatever a load brought in; never fails the load, and says once if hooking fails.
 fn after_load(module: Module) {
-    if module.is_null() || crate::degraded() {
+    if module.is_null() || degraded() {
         return;
     }
     let _keep = win::KeepLastError::new();
@@ -137,12 +123,12 @@ unsafe extern "system" fn load_library_ex_w(name: *const u16, file: Handle, flag
 unsafe extern "system" fn get_proc_address(module: Module, name: *const c_char) -> *mut c_void {
     let found = win::GetProcAddress(module, name);
     // A name that is really an ordinal has its high bits clear.
-    if found.is_null() || (name as usize) >> 16 == 0 || crate::degraded() {
+    if found.is_null() || (name as usize) >> 16 == 0 || degraded() {
         return found;
     }
     let _keep = win::KeepLastError::new();
     let hook = catch_unwind(AssertUnwindSafe(|| {
-        let kind = import_kind(patch::file_name(&patch::path_of(module)))?;
+        let kind = import_kind(modules::file_name(&modules::path_of(module)))?;
         hook_for_import(kind, CStr::from_ptr(name).to_bytes(), found as usize)
     }));
     match hook {
@@ -154,9 +140,7 @@ unsafe extern "system" fn get_proc_address(module: Module, name: *const c_char) 
 /// Whether a process about to be created gets the guard: not when the guard is off, nor under
 /// a debugger (the debugger owns its start).
 fn guard_child(flags: u32) -> bool {
-    flags & win::DEBUG_FLAGS == 0
-        && crate::config().map_or(false, |c| !c.disable)
-        && !crate::degraded()
+    flags & win::DEBUG_FLAGS == 0 && config().map_or(false, |c| !c.disable) && !degraded()
 }
 
 /// After the real `CreateProcess` started a child suspended for us: loads this DLL into it,
@@ -168,19 +152,19 @@ fn guard_started(info: &win::ProcessInformation, flags: u32) {
         rocmguard_inject::inject(info.process, std::path::Path::new(&patch::self_path()))
     });
     match injected {
-        Ok(Ok(())) => crate::log::info(format_args!("guarding child process {}", info.process_id)),
-        Ok(Err(why)) => crate::log::warn(format_args!(
+        Ok(Ok(())) => log::info(format_args!("guarding child process {}", info.process_id)),
+        Ok(Err(why)) => log::warn(format_args!(
             "could not load rocmguard.dll into child process {}: {}; it runs UNGUARDED",
             info.process_id, why
         )),
-        Err(_) => crate::log::warn(format_args!(
+        Err(_) => log::warn(format_args!(
             "internal failure guarding child process {}; it runs UNGUARDED",
             info.process_id
         )),
     }
     if flags & win::CREATE_SUSPENDED == 0 {
         if let Err(why) = rocmguard_inject::resume(info.thread) {
-            crate::log::error(format_args!("child process {}: {}", info.process_id, why));
+            log::error(format_args!("child process {}: {}", info.process_id, why));
         }
     }
 }

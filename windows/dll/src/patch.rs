@@ -12,11 +12,11 @@
 
 use std::ffi::{c_void, CStr};
 use std::os::raw::c_char;
-use std::os::windows::ffi::OsStringExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use crate::win::{self, Module};
+use rocmguard_guard::platform::modules::{file_name, is_one_of, module_path, modules, path_of};
+use rocmguard_guard::platform::win::{self, Module};
 
 /// This DLL's module handle, set at attach.
 static SELF: AtomicUsize = AtomicUsize::new(0);
@@ -37,88 +37,9 @@ pub struct Report {
     pub failures: Vec<String>,
 }
 
-/// Every loaded module.
-pub fn modules() -> Vec<Module> {
-    let mut list: Vec<Module> = vec![std::ptr::null_mut(); 256];
-    loop {
-        let bytes = (list.len() * std::mem::size_of::<Module>()) as u32;
-        let mut needed = 0u32;
-        // SAFETY: a buffer of `bytes` bytes for module handles of this process.
-        let ok = unsafe {
-            win::K32EnumProcessModules(
-                win::GetCurrentProcess(),
-                list.as_mut_ptr(),
-                bytes,
-                &mut needed,
-            )
-        };
-        if ok == 0 {
-            return Vec::new();
-        }
-        let count = needed as usize / std::mem::size_of::<Module>();
-        if count <= list.len() {
-            list.truncate(count);
-            return list;
-        }
-        list.resize(count + 64, std::ptr::null_mut());
-    }
-}
-
-/// The module's full path, lower-cased (module names on Windows ignore case).
-pub fn path_of(module: Module) -> String {
-    module_path(module).to_string_lossy().to_lowercase()
-}
-
-/// The module's full path as the loader has it.
-pub fn module_path(module: Module) -> std::ffi::OsString {
-    let mut buf = vec![0u16; 512];
-    loop {
-        // SAFETY: a buffer of the size given.
-        let n = unsafe { win::GetModuleFileNameW(module, buf.as_mut_ptr(), buf.len() as u32) };
-        // A full buffer means the path was cut short; paths end well below 32767 units.
-        if (n as usize) < buf.len() || buf.len() >= 32768 {
-            return std::ffi::OsString::from_wide(&buf[..(n as usize).min(buf.len())]);
-        }
-        buf.resize(buf.len() * 4, 0);
-    }
-}
-
 /// This DLL's own path, to load it into the processes the program starts.
 pub fn self_path() -> std::ffi::OsString {
     module_path(SELF.load(Ordering::Acquire) as Module)
-}
-
-/// The file name of a path.
-pub fn file_name(path: &str) -> &str {
-    path.rsplit(|c| c == '\\' || c == '/')
-        .next()
-        .unwrap_or(path)
-}
-
-/// Whether the lower-cased file name `file` is one of `libs` (file-name prefixes; a Linux-style
-/// `lib` prefix is dropped, so `librocblas` names `rocblas.dll`).
-pub fn is_one_of(file: &str, libs: &[&str]) -> bool {
-    file.ends_with(".dll")
-        && libs.iter().any(|lib| {
-            let lib = lib.strip_prefix("lib").unwrap_or(lib).to_ascii_lowercase();
-            file.starts_with(&lib)
-        })
-}
-
-/// The address of `name` in the first loaded module that is one of `libs`, or 0.
-pub fn find_export(libs: &[&str], name: &CStr) -> usize {
-    let _keep = win::KeepLastError::new();
-    for module in modules() {
-        if is_one_of(file_name(&path_of(module)), libs) {
-            // SAFETY: a loaded module and a NUL-terminated name; our own import of
-            // GetProcAddress is never patched.
-            let found = unsafe { win::GetProcAddress(module, name.as_ptr()) };
-            if !found.is_null() {
-                return found as usize;
-            }
-        }
-    }
-    0
 }
 
 /// A module kept loaded while we read and rewrite it (another thread may free it meanwhile).
@@ -175,7 +96,7 @@ pub fn patch_new_modules() -> Report {
         if seen.contains(&(held.module as usize)) {
             continue; // another thread scanned it meanwhile
         }
-        let is_runtime = is_one_of(file_name(&held.path), crate::hip::LIBS);
+        let is_runtime = is_one_of(file_name(&held.path), rocmguard_guard::HIP_LIBS);
         // SAFETY: a loaded module, mapped as an image by the loader, kept loaded by `held`.
         match unsafe { patch_module(held.module as usize, !is_runtime) } {
             Ok(n) => report.patched += n,

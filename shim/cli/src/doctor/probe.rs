@@ -121,6 +121,7 @@ pub fn probe() -> Report {
     }
     if let Some(f) = symbol::<HipGetInt>("hipGetDeviceCount") {
         let mut n = 0;
+        // SAFETY: the runtime's own function, with a live out-pointer.
         let err = unsafe { f(&mut n) };
         report.device_count = Some((err, n));
         if err != 0 || n == 0 {
@@ -129,12 +130,14 @@ pub fn probe() -> Report {
     }
     if let Some(f) = symbol::<HipGetAttribute>("hipDeviceGetAttribute") {
         let mut v = 0;
+        // SAFETY: a live out-pointer and device 0, which the count above says exists.
         if unsafe { f(&mut v, ATTRIBUTE_VIRTUAL_MEMORY, 0) } == 0 {
             report.virtual_memory = Some(v);
         }
     }
     if let Some(f) = symbol::<HipMemGetInfo>("hipMemGetInfo") {
         let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: live out-pointers.
         let err = unsafe { f(&mut free, &mut total) };
         report.mem_info = Some((err, free as u64, total as u64));
     }
@@ -144,9 +147,11 @@ pub fn probe() -> Report {
     ) {
         report.malloc_from = symbol_file(malloc as *const c_void);
         let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a live out-pointer.
         let err = unsafe { malloc(&mut p, PROBE_BYTES) };
         report.malloc = Some(err);
         if err == 0 {
+            // SAFETY: the pointer hipMalloc just returned, freed once.
             report.free = Some(unsafe { free(p) });
         }
     }

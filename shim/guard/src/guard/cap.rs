@@ -20,7 +20,7 @@ impl Active {
                 let free = crate::uma::device_free(device_free, device_total, integrated);
                 let (free, total) = pool.view(free);
                 // In a group, what the other members hold is not ours to take.
-                let others = device.map_or(0, crate::group::others_use);
+                let others = device.map_or(0, crate::platform::group::others_use);
                 let ours = pool.usage().0;
                 (
                     free.min(total.saturating_sub(others.saturating_add(ours))),

@@ -1,5 +1,5 @@
 //! IPC of pooled blocks rests on exporting virtual memory as POSIX file descriptors over a Unix
-//! socket (Linux, `shim/preload/src/ipc.rs`); the Windows DLL keeps to plain segments, whose
+//! socket (Linux, `platform/unix/ipc.rs`); the Windows DLL keeps to plain segments, whose
 //! handles the runtime makes with the block's offset (clr `hipIpcGetMemHandle`), so here every
 //! IPC call goes to the runtime. The shared hooks and guard call these.
 

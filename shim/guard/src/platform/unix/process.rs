@@ -123,25 +123,23 @@ extern "C" fn at_exit() {
         }
         crate::trace::finish();
         let _ = rocmguard_core::live::remove(std::process::id());
-        crate::ipc::remove_socket();
-        // Printed directly: the log's thread-local dispatcher is gone by now (glibc runs
-        // thread-local destructors before atexit handlers).
+        crate::platform::ipc::remove_socket();
         if crate::config().is_some_and(|c| c.log != "off" && c.log != "error") {
             for line in HIP
                 .refusal_summary()
                 .into_iter()
                 .chain(CUDA.refusal_summary())
             {
-                eprintln!(" WARN rocmguard: {}", line);
+                crate::log::write_at_exit(&format!(" WARN rocmguard: {}\n", line));
             }
         }
         if crate::config().is_some_and(|c| c.stats) {
             for (face, stats) in all_stats() {
-                eprint!(
+                crate::log::write_at_exit(&format!(
                     "rocmguard: {} memory at exit\n{}",
                     face,
                     Stats::table(&stats)
-                );
+                ));
             }
         }
     });

@@ -1,6 +1,106 @@
-// The HIP face, shared by the Linux preload (shim/preload/src/hip.rs) and the Windows DLL
-// (windows/dll/src/hip.rs), which `include!` it after defining what differs between them:
-// `LIBS`, `GET_DEVICE`, `SET_DEVICE`, `virtual_memory`, the imports, and `crate::lookup_hook`.
+//! The HIP face: the exports that stand in front of `libamdhip64`. Each hook only translates
+//! the ABI and calls the guard; `pass()` is the plain runtime call.
+
+use std::ffi::c_void;
+use std::os::raw::{c_char, c_int, c_uint};
+
+use crate::guard::{self, Api, Face, GetDeviceFn, Guard, SetDeviceFn, SUCCESS, SYMBOL_NOT_FOUND};
+use crate::hooks::hooks;
+use crate::resolve::Real;
+#[cfg(unix)]
+use crate::resolve::VirtualMemory;
+use crate::vmm::Vmm;
+
+/// File names the HIP runtime goes by: `libamdhip64.so` (`.so.5|6|7`) on Linux;
+/// `amdhip64_6.dll`, `amdhip64_7.dll` (and HIP SDK 5's `amdhip64.dll`) on Windows.
+#[cfg(unix)]
+pub const LIBS: &[&str] = &["libamdhip64"];
+#[cfg(windows)]
+pub const LIBS: &[&str] = &["amdhip64"];
+
+/// Runtime functions the pool needs but the program's calls to which we leave alone.
+static GET_DEVICE: Real<GetDeviceFn> = Real::new(cstr!("hipGetDevice"), cstr!("hip_4.2"), LIBS);
+static SET_DEVICE: Real<SetDeviceFn> = Real::new(cstr!("hipSetDevice"), cstr!("hip_4.2"), LIBS);
+
+/// `hipDeviceAttributeVirtualMemoryManagementSupported`.
+#[cfg(unix)]
+const ATTRIBUTE_VIRTUAL_MEMORY: c_int = 89;
+/// ROCm 6.0's `HIP_VERSION`: the virtual memory structs took their current layout there.
+#[cfg(unix)]
+const FIRST_VIRTUAL_MEMORY_VERSION: c_int = 60_000_000;
+
+#[cfg(unix)]
+static RUNTIME_VERSION: Real<unsafe extern "C" fn(*mut c_int) -> i32> =
+    Real::new(cstr!("hipRuntimeGetVersion"), cstr!("hip_4.2"), LIBS);
+#[cfg(unix)]
+static VIRTUAL_MEMORY: VirtualMemory = VirtualMemory {
+    granularity: Real::new(
+        cstr!("hipMemGetAllocationGranularity"),
+        cstr!("hip_5.1"),
+        LIBS,
+    ),
+    reserve: Real::new(cstr!("hipMemAddressReserve"), cstr!("hip_5.1"), LIBS),
+    address_free: Real::new(cstr!("hipMemAddressFree"), cstr!("hip_5.1"), LIBS),
+    create: Real::new(cstr!("hipMemCreate"), cstr!("hip_5.1"), LIBS),
+    release: Real::new(cstr!("hipMemRelease"), cstr!("hip_5.1"), LIBS),
+    map: Real::new(cstr!("hipMemMap"), cstr!("hip_5.1"), LIBS),
+    unmap: Real::new(cstr!("hipMemUnmap"), cstr!("hip_5.1"), LIBS),
+    set_access: Real::new(cstr!("hipMemSetAccess"), cstr!("hip_5.1"), LIBS),
+    copy,
+    export: Real::new(
+        cstr!("hipMemExportToShareableHandle"),
+        cstr!("hip_5.1"),
+        LIBS,
+    ),
+    import: Real::new(
+        cstr!("hipMemImportFromShareableHandle"),
+        cstr!("hip_5.1"),
+        LIBS,
+    ),
+};
+
+/// `hipMemcpyDefault`: the runtime tells host from device memory.
+#[cfg(unix)]
+const MEMCPY_DEFAULT: c_int = 4;
+#[cfg(unix)]
+static MEMCPY: Real<unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> i32> =
+    Real::new(cstr!("hipMemcpy"), cstr!("hip_4.2"), LIBS);
+
+/// `hipMemcpy` for the virtual memory check.
+#[cfg(unix)]
+fn copy(dst: u64, src: u64, n: usize) -> i32 {
+    match MEMCPY.get() {
+        // SAFETY: the check copies between its own mapping and its own host buffers.
+        Some(f) => unsafe { f(dst as *mut c_void, src as *const c_void, n, MEMCPY_DEFAULT) },
+        None => SYMBOL_NOT_FOUND,
+    }
+}
+
+/// HIP's virtual memory for `device`: ROCm 6 or later (the struct layout we pass), the device
+/// says it supports it, and it maps at a granularity that divides 2 MiB.
+#[cfg(unix)]
+fn virtual_memory(device: c_int) -> Option<Vmm> {
+    let (mut version, mut supported) = (0, 0);
+    // SAFETY: valid out-pointers.
+    unsafe {
+        if RUNTIME_VERSION.get()?(&mut version) != SUCCESS
+            || version < FIRST_VIRTUAL_MEMORY_VERSION
+            || real::hipDeviceGetAttribute.get()?(&mut supported, ATTRIBUTE_VIRTUAL_MEMORY, device)
+                != SUCCESS
+            || supported == 0
+        {
+            return None;
+        }
+    }
+    VIRTUAL_MEMORY.for_device(device)
+}
+
+/// Plain segments on Windows: the virtual memory path is proven on Linux (hipsim and the CUDA
+/// driver) only, and WDDM's behaviour under it is untested.
+#[cfg(windows)]
+fn virtual_memory(_device: c_int) -> Option<Vmm> {
+    None
+}
 
 pub type Stream = *mut c_void;
 pub type MemPool = *mut c_void;
@@ -245,7 +345,7 @@ hooks! {
         HIP.ipc_get(handle, ptr, false, pass)
     }
 
-    ["hip_4.2"] fn hipIpcOpenMemHandle(ptr: *mut *mut c_void, handle: crate::ipc::IpcHandle, flags: c_uint) -> i32 |pass| {
+    ["hip_4.2"] fn hipIpcOpenMemHandle(ptr: *mut *mut c_void, handle: crate::platform::ipc::IpcHandle, flags: c_uint) -> i32 |pass| {
         let _ = flags;
         HIP.ipc_open(ptr, handle, pass)
     }

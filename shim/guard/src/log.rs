@@ -1,9 +1,10 @@
 //! Logging to the program's stderr and, with `ROCMGUARD_LOG_FILE`, to a file (for programs
-//! without a console). Lines look like the Linux library's: `  WARN rocmguard: ...`.
+//! without a console): ` WARN rocmguard: ...`. No logging framework: a Rust host program's own
+//! subscriber is never touched, and nothing here allocates per thread.
 //!
-//! Written with `WriteFile` on the standard error handle rather than through `std::io::stderr`:
-//! the exit table is printed while the process ends, when a lock of Rust's stderr may still be
-//! held by a thread that no longer exists.
+//! Written straight to the standard error descriptor (`platform::write_stderr`) rather than
+//! through `std::io::stderr`: the exit table is printed while the process ends, when a lock of
+//! Rust's stderr may still be held by a thread that no longer exists.
 
 use std::fmt::Arguments;
 use std::fs::File;
@@ -12,8 +13,6 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use rocmguard_core::Config;
-
-use crate::win;
 
 const OFF: u8 = 0;
 const ERROR: u8 = 1;
@@ -93,27 +92,7 @@ pub fn write_at_exit(text: &str) {
 }
 
 fn write(text: &str, wait: bool) {
-    // SAFETY: the process's own standard error handle (possibly null or invalid: then the
-    // write fails and nothing happens).
-    unsafe {
-        let handle = win::GetStdHandle(win::STD_ERROR_HANDLE);
-        let mut rest = text.as_bytes();
-        while !rest.is_empty() && !handle.is_null() {
-            let mut written = 0u32;
-            let chunk = rest.len().min(u32::MAX as usize) as u32;
-            let ok = win::WriteFile(
-                handle,
-                rest.as_ptr(),
-                chunk,
-                &mut written,
-                std::ptr::null_mut(),
-            );
-            if ok == 0 || written == 0 {
-                break;
-            }
-            rest = &rest[written as usize..];
-        }
-    }
+    crate::platform::write_stderr(text.as_bytes());
     let file = if wait {
         Some(FILE.lock().unwrap_or_else(|e| e.into_inner()))
     } else {

@@ -112,12 +112,12 @@ hooks! {
         CUDA.ipc_get(handle, ptr as *mut c_void, true, pass)
     }
 
-    [""] fn cuIpcOpenMemHandle(ptr: *mut u64, handle: crate::ipc::IpcHandle, flags: c_uint) -> i32 |pass| {
+    [""] fn cuIpcOpenMemHandle(ptr: *mut u64, handle: crate::platform::ipc::IpcHandle, flags: c_uint) -> i32 |pass| {
         let _ = flags;
         CUDA.ipc_open(ptr as *mut *mut c_void, handle, pass)
     }
 
-    [""] fn cuIpcOpenMemHandle_v2(ptr: *mut u64, handle: crate::ipc::IpcHandle, flags: c_uint) -> i32 |pass| {
+    [""] fn cuIpcOpenMemHandle_v2(ptr: *mut u64, handle: crate::platform::ipc::IpcHandle, flags: c_uint) -> i32 |pass| {
         let _ = flags;
         CUDA.ipc_open(ptr as *mut *mut c_void, handle, pass)
     }

@@ -1,9 +1,10 @@
 //! Unified-memory APUs (Strix Halo and friends): their runtime reports a small carve-out as the
 //! device's memory (15.49 GiB on a 128 GiB machine) while the GPU can use far more of system
 //! memory, so frameworks refuse work they could do. In unified-memory mode (automatic on an
-//! integrated device, `ROCMGUARD_UMA=1` to force) the shim works with the real ceiling: the GTT /
-//! TTM limit from sysfs, bounded by system memory less a host reserve
-//! (`rocmguard_core::topology::unified_memory_ceiling`).
+//! integrated device, `ROCMGUARD_UMA=1` to force) the shim works with the real ceiling, bounded
+//! by system memory less a host reserve: on Linux the GTT / TTM limit from sysfs
+//! (`rocmguard_core::topology::unified_memory_ceiling`), on Windows the shared system memory
+//! WDDM lets an integrated GPU use, half of RAM (`platform::unified_memory_ceiling`).
 
 use once_cell::sync::OnceCell;
 use rocmguard_core::UmaMode;
@@ -13,8 +14,7 @@ fn ceiling() -> Option<u64> {
     static CEILING: OnceCell<Option<u64>> = OnceCell::new();
     *CEILING.get_or_init(|| {
         let config = crate::config()?;
-        let root = std::env::var_os("ROCMGUARD_SYSROOT").unwrap_or_else(|| "/".into());
-        match rocmguard_core::topology::unified_memory_ceiling(std::path::Path::new(&root), config.host_reserve) {
+        match crate::platform::unified_memory_ceiling(config.host_reserve) {
             Ok(c) => {
                 crate::log::warn(format_args!(
                     "unified memory: the GPU may use {} of system memory; memory queries report that",

@@ -47,14 +47,14 @@ impl Active {
     /// While freed blocks wait in a pool's quarantine, synchronizes the device (from this
     /// thread, so the program's threads do not stall) and releases them. Stops at exit.
     pub(super) fn reclaim_loop(&'static self) {
-        crate::process::reclaimer_started();
+        crate::platform::process::reclaimer_started();
         loop {
             let mut synced = false;
             for (_, pool) in self.existing_pools() {
                 if !pool.has_quarantine() || self.capture_active() {
                     continue;
                 }
-                let _permit = match crate::process::reclaim_permit() {
+                let _permit = match crate::platform::process::reclaim_permit() {
                     Some(p) => p,
                     None => return,
                 };

@@ -305,7 +305,7 @@ pub fn remove_socket() {
 fn serve() -> Result<(), String> {
     let path = socket_path(pid());
     if let Some(dir) = path.parent() {
-        crate::group::private_dir_made(dir)?;
+        crate::platform::group::private_dir_made(dir)?;
     }
     // A socket left by an earlier process with our pid.
     let _ = std::fs::remove_file(&path);
@@ -323,6 +323,7 @@ fn serve() -> Result<(), String> {
 
 /// The uid of the process at the other end.
 fn peer_uid(s: &UnixStream) -> Option<u32> {
+    // SAFETY: ucred is plain integers; all zeros is a valid value.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: a connected socket and an out-struct of the size given.
@@ -377,6 +378,7 @@ fn answer(mut s: UnixStream) -> std::io::Result<()> {
         other => {
             for (_, fd) in other.map(|f| f.1).unwrap_or_default() {
                 if fd >= 0 {
+                    // SAFETY: a descriptor we received and own, closed once.
                     unsafe { libc::close(fd) };
                 }
             }

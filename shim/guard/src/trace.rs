@@ -1,5 +1,5 @@
-//! Recording of hooked calls (`ROCMGUARD_TRACE=path`, `%p` = pid; `.gz` compresses) in the
-//! format of `rocmguard_core::trace`.
+//! Recording of hooked calls (`ROCMGUARD_TRACE=path`, `%p` = pid; `.gz` compresses where the
+//! build has gzip, Linux's) in the format of `rocmguard_core::trace`.
 //!
 //! The allocation path only appends a fixed-size record to its thread's own buffer (an
 //! uncontended lock and no system call); a writer thread swaps the buffers out every 50 ms and
@@ -53,6 +53,17 @@ thread_local! {
 /// Starts recording to `path` (`%p` becomes the pid). Says why, once, if it cannot.
 pub fn start(path: &str) {
     let path = path.replace("%p", &std::process::id().to_string());
+    #[cfg(not(feature = "gzip"))]
+    let path = match path.strip_suffix(".gz") {
+        Some(plain) => {
+            crate::log::warn(format_args!(
+                "this build writes traces without compression: recording to {}",
+                plain
+            ));
+            plain.to_string()
+        }
+        None => path,
+    };
     let file = match File::create(&path) {
         Ok(f) => f,
         Err(e) => {
@@ -63,6 +74,7 @@ pub fn start(path: &str) {
             return;
         }
     };
+    #[cfg(feature = "gzip")]
     let mut out: Box<dyn Write + Send> = if path.ends_with(".gz") {
         Box::new(flate2::write::GzEncoder::new(
             BufWriter::new(file),
@@ -71,6 +83,8 @@ pub fn start(path: &str) {
     } else {
         Box::new(BufWriter::new(file))
     };
+    #[cfg(not(feature = "gzip"))]
+    let mut out: Box<dyn Write + Send> = Box::new(BufWriter::new(file));
     let mut header = String::new();
     write_header(&mut header);
     let _ = out.write_all(header.as_bytes());
@@ -89,7 +103,7 @@ pub fn start(path: &str) {
         .spawn(|| {
             while !STOPPED.load(Ordering::Acquire) {
                 std::thread::sleep(WRITER_PERIOD);
-                drain(false);
+                drain(false, true);
             }
         });
     if spawned.is_err() {
@@ -97,12 +111,15 @@ pub fn start(path: &str) {
             "no trace writer thread; the trace is written at exit"
         ));
     }
-    install_sigterm_flush();
+    crate::platform::on_sigterm(finish);
 }
 
 #[inline]
 fn record(action: Action, device: i32, pointer: u64, size: u64) {
-    let Some(r) = RECORDER.get() else { return };
+    let r = match RECORDER.get() {
+        Some(r) => r,
+        None => return,
+    };
     let time_us = r.start.elapsed().as_micros() as u64;
     let rec = Record {
         time_us,
@@ -115,8 +132,7 @@ fn record(action: Action, device: i32, pointer: u64, size: u64) {
         let mut mine = mine.borrow_mut();
         let buffer = mine.get_or_insert_with(|| {
             let b = Arc::new(ThreadBuffer {
-                // SAFETY: gettid has no preconditions.
-                thread: unsafe { libc::gettid() } as u64,
+                thread: crate::platform::thread_id(),
                 records: Mutex::new(Vec::with_capacity(1024)),
             });
             r.buffers
@@ -148,10 +164,15 @@ pub fn event(action: Action, device: i32, pointer: u64, size: u64) {
 }
 
 /// Writes what the threads recorded. `last` also closes the file (gzip trailer included).
-/// Never blocks on the output: if another drain holds it, this one leaves the work to it.
-fn drain(last: bool) {
-    let Some(r) = RECORDER.get() else { return };
-    let mut out = match if last {
+/// Never blocks on the output: if another drain holds it, this one leaves the work to it. With
+/// `wait` false no lock is waited for at all (at exit on Windows, a thread that is gone may
+/// hold one).
+fn drain(last: bool, wait: bool) {
+    let r = match RECORDER.get() {
+        Some(r) => r,
+        None => return,
+    };
+    let mut out = match if last && wait {
         Ok(r.out.lock().unwrap_or_else(|e| e.into_inner()))
     } else {
         r.out.try_lock()
@@ -159,16 +180,21 @@ fn drain(last: bool) {
         Ok(o) => o,
         Err(_) => return,
     };
-    let Some(writer) = out.as_mut() else { return };
-    let buffers: Vec<Arc<ThreadBuffer>> =
-        r.buffers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let writer = match out.as_mut() {
+        Some(w) => w,
+        None => return,
+    };
+    let buffers: Vec<Arc<ThreadBuffer>> = match lock(&r.buffers, wait) {
+        Some(b) => b.clone(),
+        None => return,
+    };
     let mut text = String::new();
     let mut taken = Vec::with_capacity(1024);
     for b in buffers {
-        std::mem::swap(
-            &mut *b.records.lock().unwrap_or_else(|e| e.into_inner()),
-            &mut taken,
-        );
+        match lock(&b.records, wait) {
+            Some(mut records) => std::mem::swap(&mut *records, &mut taken),
+            None => continue,
+        }
         for rec in taken.drain(..) {
             write_event(
                 &Event {
@@ -200,32 +226,23 @@ fn drain(last: bool) {
     }
 }
 
+fn lock<T>(m: &Mutex<T>, wait: bool) -> Option<std::sync::MutexGuard<'_, T>> {
+    if wait {
+        Some(m.lock().unwrap_or_else(|e| e.into_inner()))
+    } else {
+        m.try_lock().ok()
+    }
+}
+
 /// At exit: the rest of the trace, and the file closed.
 pub fn finish() {
     STOPPED.store(true, Ordering::Release);
-    drain(true);
+    drain(true, true);
 }
 
-/// On SIGTERM (where the program has no handler of its own): write the trace, then die of the
-/// signal as the program would have.
-fn install_sigterm_flush() {
-    extern "C" fn on_term(sig: libc::c_int) {
-        finish();
-        // SAFETY: restoring the default action and re-raising are async-signal-safe.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            libc::raise(sig);
-        }
-    }
-    // SAFETY: querying and setting a signal disposition.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut old) == 0
-            && old.sa_sigaction == libc::SIG_DFL
-        {
-            let mut act: libc::sigaction = std::mem::zeroed();
-            act.sa_sigaction = on_term as *const () as usize;
-            libc::sigaction(libc::SIGTERM, &act, std::ptr::null_mut());
-        }
-    }
+/// As [`finish`] while the process ends with its other threads killed (Windows): what can be
+/// written without waiting for a lock.
+pub fn finish_at_exit() {
+    STOPPED.store(true, Ordering::Release);
+    drain(true, false);
 }

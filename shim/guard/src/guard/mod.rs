@@ -396,7 +396,7 @@ impl Active {
             // Exportable pieces where the runtime makes them (IPC of pooled blocks, `ipc.rs`);
             // else plain pieces, whose blocks the program cannot share.
             if vmm.is_some() {
-                crate::process::raise_open_files();
+                crate::platform::process::raise_open_files();
             }
             source.vmm = vmm.and_then(|v| {
                 let shared = v.sharing();
@@ -454,6 +454,7 @@ impl Active {
         };
         let result = vmm.probe(&free);
         if result.is_err() {
+            // SAFETY: the real hipGetLastError, no arguments: clears what the check left.
             unsafe { (self.api.get_last_error)() };
             if before != SUCCESS {
                 SHADOW_ERROR.with(|c| c.set(before));
@@ -674,7 +675,7 @@ impl Active {
 pub unsafe fn hooked_answer(code: i32, symbol: *const c_char, pfn: *mut *mut c_void) -> i32 {
     if code == SUCCESS && !symbol.is_null() && !pfn.is_null() && !(*pfn).is_null() {
         let name = std::ffi::CStr::from_ptr(symbol).to_bytes();
-        if let Some(hook) = crate::lookup_hook(name, *pfn as usize) {
+        if let Some(hook) = crate::hook_for(name, *pfn as usize) {
             *pfn = hook as *mut c_void;
         }
     }

@@ -9,8 +9,9 @@ use crate::hip::HIP;
 use crate::hooks::hooks;
 use crate::log;
 
-/// The libraries these live in; names are unique across them.
-const LIBS: &[&str] = &["librocblas", "libhipblas", "libhipblaslt", "libMIOpen"];
+/// The libraries these live in (`librocblas.so*`; on Windows `rocblas.dll` and kin: the
+/// `lib` prefix is dropped there); names are unique across them.
+pub const LIBS: &[&str] = &["librocblas", "libhipblas", "libhipblaslt", "libMIOpen"];
 /// `rocblas_status_internal_error`, `HIPBLAS_STATUS_INTERNAL_ERROR`: the library is missing
 /// or returned success without a handle.
 const INTERNAL_ERROR: i32 = 6;
@@ -85,6 +86,7 @@ fn guarded_create(lib: &Library, handle: *mut *mut c_void, create: impl Fn() -> 
         ));
         active.trim_current(0);
         if !active.capture_active() {
+            // SAFETY: the real hipDeviceSynchronize, no arguments.
             active.synchronize(|| unsafe { (active.api.synchronize)() });
         }
         code = create();

@@ -139,6 +139,12 @@ impl KeepLastError {
     }
 }
 
+impl Default for KeepLastError {
+    fn default() -> KeepLastError {
+        KeepLastError::new()
+    }
+}
+
 impl Drop for KeepLastError {
     fn drop(&mut self) {
         // SAFETY: no preconditions.

@@ -1,6 +1,16 @@
-//! What the guard (shim/preload/src/guard/) asks of the process. On Windows the background reclaimer stays off: threads
+//! What the guard asks of the process on Windows. The background reclaimer stays off: threads
 //! are killed before DLL detach at exit, and one killed inside the runtime's synchronize could
-//! hang its teardown. Freed blocks are reused after synchronizes on demand, as before.
+//! hang its teardown. Freed blocks are reused after synchronizes on demand. The exit table is
+//! the DLL's (`DllMain` detach).
+
+use rocmguard_core::Config;
+
+/// At first use: the trace recorder.
+pub fn install(config: &Config) {
+    if let Some(path) = &config.trace {
+        crate::trace::start(path);
+    }
+}
 
 pub fn reclaimer_started() {}
 

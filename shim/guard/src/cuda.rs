@@ -19,31 +19,31 @@ const ATTRIBUTE_INTEGRATED: c_int = 18;
 /// `totalGlobalMem` in `cudaDeviceProp` (after name[256], uuid, luid, luidDeviceNodeMask).
 const PROP_TOTAL_GLOBAL_MEM: usize = 288;
 
-static GET_DEVICE: Real<GetDeviceFn> = Real::new(c"cudaGetDevice", c"", LIBS);
-static SET_DEVICE: Real<SetDeviceFn> = Real::new(c"cudaSetDevice", c"", LIBS);
+static GET_DEVICE: Real<GetDeviceFn> = Real::new(cstr!("cudaGetDevice"), cstr!(""), LIBS);
+static SET_DEVICE: Real<SetDeviceFn> = Real::new(cstr!("cudaSetDevice"), cstr!(""), LIBS);
 static GET_ATTRIBUTE: Real<unsafe extern "C" fn(*mut c_int, c_int, c_int) -> i32> =
-    Real::new(c"cudaDeviceGetAttribute", c"", LIBS);
+    Real::new(cstr!("cudaDeviceGetAttribute"), cstr!(""), LIBS);
 
 /// The CUDA driver, where the virtual memory functions are (`libcuda.so.1`, loaded by the
 /// runtime; the prefix keeps `libcudart` out).
 const DRIVER: &[&str] = &["libcuda.so"];
 
 static VIRTUAL_MEMORY: VirtualMemory = VirtualMemory {
-    granularity: Real::new(c"cuMemGetAllocationGranularity", c"", DRIVER),
-    reserve: Real::new(c"cuMemAddressReserve", c"", DRIVER),
-    address_free: Real::new(c"cuMemAddressFree", c"", DRIVER),
-    create: Real::new(c"cuMemCreate", c"", DRIVER),
-    release: Real::new(c"cuMemRelease", c"", DRIVER),
-    map: Real::new(c"cuMemMap", c"", DRIVER),
-    unmap: Real::new(c"cuMemUnmap", c"", DRIVER),
-    set_access: Real::new(c"cuMemSetAccess", c"", DRIVER),
+    granularity: Real::new(cstr!("cuMemGetAllocationGranularity"), cstr!(""), DRIVER),
+    reserve: Real::new(cstr!("cuMemAddressReserve"), cstr!(""), DRIVER),
+    address_free: Real::new(cstr!("cuMemAddressFree"), cstr!(""), DRIVER),
+    create: Real::new(cstr!("cuMemCreate"), cstr!(""), DRIVER),
+    release: Real::new(cstr!("cuMemRelease"), cstr!(""), DRIVER),
+    map: Real::new(cstr!("cuMemMap"), cstr!(""), DRIVER),
+    unmap: Real::new(cstr!("cuMemUnmap"), cstr!(""), DRIVER),
+    set_access: Real::new(cstr!("cuMemSetAccess"), cstr!(""), DRIVER),
     copy,
-    export: Real::new(c"cuMemExportToShareableHandle", c"", DRIVER),
-    import: Real::new(c"cuMemImportFromShareableHandle", c"", DRIVER),
+    export: Real::new(cstr!("cuMemExportToShareableHandle"), cstr!(""), DRIVER),
+    import: Real::new(cstr!("cuMemImportFromShareableHandle"), cstr!(""), DRIVER),
 };
 
 static MEMCPY: Real<unsafe extern "C" fn(u64, u64, usize) -> i32> =
-    Real::new(c"cuMemcpy", c"", DRIVER);
+    Real::new(cstr!("cuMemcpy"), cstr!(""), DRIVER);
 
 /// The driver's `cuMemcpy` (unified addressing) for the virtual memory check.
 fn copy(dst: u64, src: u64, n: usize) -> i32 {
@@ -216,7 +216,7 @@ hooks! {
         CUDA.ipc_get(handle, ptr, true, pass)
     }
 
-    [""] fn cudaIpcOpenMemHandle(ptr: *mut *mut c_void, handle: crate::ipc::IpcHandle, flags: c_uint) -> i32 |pass| {
+    [""] fn cudaIpcOpenMemHandle(ptr: *mut *mut c_void, handle: crate::platform::ipc::IpcHandle, flags: c_uint) -> i32 |pass| {
         let _ = flags;
         CUDA.ipc_open(ptr, handle, pass)
     }

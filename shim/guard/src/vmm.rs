@@ -237,6 +237,7 @@ impl Vmm {
             Ok(()) => Ok(handles.into_iter().map(|(_, _, h)| h).collect()),
             Err(e) => {
                 for (at, n, handle) in handles {
+                    // SAFETY: undoing our own mappings and handles of this call, once each.
                     unsafe {
                         (self.unmap)(at, n);
                         (self.release)(handle);
@@ -344,9 +345,11 @@ mod tests {
             reserved: [0; 4],
         };
         let at = &prop as *const AllocationProp as *const c_void;
+        // SAFETY: a live prop.
         assert_eq!(unsafe { device_of(at) }, Some(3));
         prop.location.kind = 2;
         let at = &prop as *const AllocationProp as *const c_void;
+        // SAFETY: a live prop, then null, which device_of checks for.
         assert_eq!(unsafe { device_of(at) }, None, "a host location");
         assert_eq!(unsafe { device_of(std::ptr::null()) }, None);
         assert_eq!(std::mem::size_of::<AccessDesc>(), 12);

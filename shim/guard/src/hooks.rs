@@ -1,6 +1,7 @@
-//! Declares each hooked symbol once: the export, its real function (resolved lazily by name
-//! and symbol version) and its entry in the lookup table that `dlsym` and `GetProcAddress`
-//! answers come from.
+//! Declares each hooked symbol once: the hook (exported on Linux), its real function (found
+//! lazily by name, and by symbol version where the platform has them) and its entry in the
+//! lookup table that `dlsym`, `GetProcAddress`, the import-table patcher and the runtimes' own
+//! lookups answer from.
 //!
 //! ```ignore
 //! hooks! {
@@ -23,14 +24,8 @@ macro_rules! hooks {
             $(
                 pub static $name: $crate::resolve::Real<unsafe extern "C" fn($($ty),*) -> $ret> =
                     $crate::resolve::Real::new(
-                        match std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
-                            Ok(c) => c,
-                            Err(_) => panic!("symbol names have no NUL"),
-                        },
-                        match std::ffi::CStr::from_bytes_with_nul(concat!($version, "\0").as_bytes()) {
-                            Ok(c) => c,
-                            Err(_) => panic!("versions have no NUL"),
-                        },
+                        $crate::cstr!(stringify!($name)),
+                        $crate::cstr!($version),
                         $libs,
                     );
             )*
@@ -38,13 +33,16 @@ macro_rules! hooks {
 
         $(
             $(#[$meta])*
-            #[no_mangle]
-            #[allow(clippy::missing_safety_doc)]
+            // Exported on Linux, where preloading makes it the program's `hipMalloc`; on
+            // Windows the import tables are given its address.
+            #[cfg_attr(unix, no_mangle)]
+            #[allow(non_snake_case, clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
                 let $pass = move || -> $ret {
                     match real::$name.get() {
-                        // SAFETY: the caller's own arguments, passed on unchanged.
-                        Some(f) => unsafe { f($($arg),*) },
+                        // SAFETY (the hook's own unsafe context): the caller's own arguments,
+                        // passed on unchanged.
+                        Some(f) => f($($arg),*),
                         None => $missing,
                     }
                 };

@@ -50,6 +50,7 @@ impl Source {
         };
         let r = f(vmm);
         if current != self.device {
+            // SAFETY: the device that was current before, made current again.
             unsafe { (self.api.set_device)(current) };
         }
         r.map_err(|code| {
@@ -86,8 +87,10 @@ impl Source {
         if current == self.device {
             return f();
         }
+        // SAFETY: real runtime calls with devices the runtime gave us.
         unsafe { (self.api.set_device)(self.device) };
         let r = f();
+        // SAFETY: as above, the caller's device back.
         unsafe { (self.api.set_device)(current) };
         r
     }
@@ -102,7 +105,7 @@ pub(super) fn source_error(code: i32) -> SourceError {
 
 impl DeviceSource for Source {
     fn alloc(&self, size: u64) -> Result<u64, SourceError> {
-        if !crate::group::reserve(self.device, size, self.group_cap) {
+        if !crate::platform::group::reserve(self.device, size, self.group_cap) {
             return Err(source_error(OUT_OF_MEMORY));
         }
         let mut p: *mut c_void = std::ptr::null_mut();
@@ -110,7 +113,7 @@ impl DeviceSource for Source {
         let before = unsafe { (self.api.peek_last_error)() };
         let code = unsafe { (self.api.malloc)(&mut p, size as usize) };
         if code != SUCCESS {
-            crate::group::release(self.device, size);
+            crate::platform::group::release(self.device, size);
             keep_pending(before);
             return Err(source_error(code));
         }
@@ -121,7 +124,7 @@ impl DeviceSource for Source {
         // SAFETY: addr came from the runtime's malloc.
         match unsafe { (self.api.free)(addr as *mut c_void) } {
             SUCCESS => {
-                crate::group::release(self.device, size);
+                crate::platform::group::release(self.device, size);
                 Ok(())
             }
             code => Err(source_error(code)),
@@ -172,22 +175,22 @@ impl DeviceSource for Source {
     }
 
     fn map(&self, addr: u64, size: u64, chunk: u64) -> Result<Vec<u64>, SourceError> {
-        if !crate::group::reserve(self.device, size, self.group_cap) {
+        if !crate::platform::group::reserve(self.device, size, self.group_cap) {
             return Err(source_error(OUT_OF_MEMORY));
         }
         let peers = self.peers.load(Ordering::Acquire);
         let mapped = self.virtual_call("map", |v| v.map(addr, size, chunk, peers));
         if mapped.is_err() {
-            crate::group::release(self.device, size);
+            crate::platform::group::release(self.device, size);
         }
         mapped
     }
 
     fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
         let unmapped = self.virtual_call("unmap", |v| v.unmap(addr, size, token));
-        crate::ipc::forget(token);
+        crate::platform::ipc::forget(token);
         if unmapped.is_ok() {
-            crate::group::release(self.device, size);
+            crate::platform::group::release(self.device, size);
         }
         unmapped
     }
