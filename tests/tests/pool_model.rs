@@ -296,6 +296,46 @@ fn in_order_a_freed_block_is_reused_at_once_and_unmapped_only_after_a_synchroniz
 }
 
 #[test]
+fn a_block_found_mapped_is_handed_out_at_once_and_counted_a_hit() {
+    // Virtual segments, work in order: a freed 8 MiB block's memory stays mapped, so requests
+    // of up to its size are served at its start with no device call, each a pool hit (the
+    // hot path: `serve` takes such a block straight away). One past the mapped memory maps
+    // more, and is no hit.
+    let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+    pool.source().set_in_order(true);
+    let a = pool.alloc(8 << 20).unwrap();
+    pool.free(a);
+    let before = pool.stats();
+    let sizes = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
+    for size in sizes {
+        let b = pool.alloc(size).unwrap();
+        assert_eq!(b, a, "{} bytes served at the mapped block's start", size);
+        assert!(pool.source().is_backed(b, size), "{} bytes unmapped", size);
+        pool.check_invariants().unwrap();
+        pool.free(b);
+    }
+    let s = pool.stats();
+    assert_eq!(s.source_allocs, before.source_allocs, "no device call");
+    assert_eq!(
+        s.pool_hits - before.pool_hits,
+        sizes.len() as u64,
+        "each a hit"
+    );
+    let c = pool.alloc(12 << 20).unwrap();
+    assert!(
+        pool.source().is_backed(c, 12 << 20),
+        "past the mapped memory: mapped"
+    );
+    let after = pool.stats();
+    assert!(after.source_allocs > s.source_allocs, "more memory mapped");
+    assert_eq!(
+        after.pool_hits, s.pool_hits,
+        "a request that maps is no hit"
+    );
+    pool.check_invariants().unwrap();
+}
+
+#[test]
 fn small_and_medium_requests_in_turn_do_not_churn_segments() {
     // Each block freed before the next request, reused at once: a new 2 MiB small segment
     // would set a new peak while the medium one sits idle, and trimming that one for it would

@@ -122,10 +122,16 @@ impl<S: DeviceSource> Pool<S> {
         } else {
             None
         };
-        let found = mapped.or_else(|| st.find(kind, rounded, oversize, fit, Backing::Any));
+        if let Some(block) = mapped {
+            // Mapped at its start: handed out there with no device call (what
+            // `take_window` comes to for it, without looking at its pages three more times).
+            st.stats.pool_hits += 1;
+            return Step::Served(self.take(st, block, rounded, size));
+        }
+        let found = st.find(kind, rounded, oversize, fit, Backing::Any);
         let error = match found {
             // Mapping memory costs device calls and memory: blocks in quarantine may do instead.
-            Some(block) if !synced && !st.is_backed(block, rounded) && st.stats.quarantined > 0 => {
+            Some(block) if !synced && st.stats.quarantined > 0 && !st.is_backed(block, rounded) => {
                 return Step::Synchronize
             }
             Some(block) => match self.take_window(st, block, rounded, size) {
