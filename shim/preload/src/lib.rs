@@ -14,6 +14,7 @@ use rocmguard_core::Config;
 mod blas;
 mod cuda;
 mod cuda_driver;
+mod deepbind;
 mod dl;
 /// Our hook for a hooked name, for `GetProcAddress` answers (see `dl::hook_for`).
 use dl::hook_for as lookup_hook;

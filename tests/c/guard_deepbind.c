@@ -1,0 +1,87 @@
+/* A program with no HIP link that dlopens a module linked against the HIP runtime with
+ * RTLD_DEEPBIND (as some plugins and bindings do): the module's own dependencies, the runtime
+ * among them, come before the preloaded shim in its lookups. Prints `key value` lines for
+ * tests/tests/guard_deepbind.rs.
+ *
+ * Usage: guard_deepbind MODULE deep|plain */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MiB ((size_t)1 << 20)
+
+/* The module defines it too: under RTLD_DEEPBIND its own copy wins over this exported one. */
+int deepbind_probe_target(void) { return 0; }
+
+static const char* module_path;
+static unsigned long relro_start, relro_end;
+
+static int find_relro(struct dl_phdr_info* info, size_t size, void* data) {
+    (void)size;
+    (void)data;
+    if (!info->dlpi_name || strcmp(info->dlpi_name, module_path) != 0) return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr)* p = &info->dlpi_phdr[i];
+        if (p->p_type == PT_GNU_RELRO) {
+            /* glibc protects whole pages: start and end rounded down. */
+            relro_start = (info->dlpi_addr + p->p_vaddr) & ~4095UL;
+            relro_end = (info->dlpi_addr + p->p_vaddr + p->p_memsz) & ~4095UL;
+        }
+    }
+    return 1;
+}
+
+/* -1 when the module has no RELRO page, else whether any of its RELRO pages is writable. */
+static int relro_writable(void) {
+    dl_iterate_phdr(find_relro, NULL);
+    if (relro_end <= relro_start) return -1;
+    FILE* maps = fopen("/proc/self/maps", "r");
+    if (!maps) return -2;
+    char line[512];
+    int writable = 0;
+    while (fgets(line, sizeof line, maps)) {
+        unsigned long start, end;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &start, &end, perms) != 3) continue;
+        if (start < relro_end && end > relro_start && perms[1] == 'w') writable = 1;
+    }
+    fclose(maps);
+    return writable;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 3) return 2;
+    module_path = argv[1];
+    int flags = RTLD_NOW | (strcmp(argv[2], "deep") == 0 ? RTLD_DEEPBIND : 0);
+    void* module = dlopen(module_path, flags);
+    if (!module) {
+        fprintf(stderr, "%s\n", dlerror());
+        return 1;
+    }
+    int (*probe)(void) = (int (*)(void))dlsym(module, "deep_probe");
+    int (*info)(size_t*, size_t*) = (int (*)(size_t*, size_t*))dlsym(module, "deep_info");
+    int (*alloc)(size_t, void**) = (int (*)(size_t, void**))dlsym(module, "deep_malloc");
+    int (*release)(void*) = (int (*)(void*))dlsym(module, "deep_free");
+    int (*by_dlsym)(size_t) = (int (*)(size_t))dlsym(module, "deep_dlsym_malloc");
+    if (!probe || !info || !alloc || !release || !by_dlsym) {
+        fprintf(stderr, "module functions missing\n");
+        return 1;
+    }
+    printf("probe %d\n", probe());
+    size_t free_b = 0, total = 0;
+    if (info(&free_b, &total) != 0) return 1;
+    printf("total %zu\nfree %zu\n", total, free_b);
+    void *a = NULL, *b = NULL;
+    printf("first %d\n", alloc(600 * MiB, &a));
+    if (info(&free_b, &total) != 0) return 1;
+    printf("free_after_600MiB %zu\n", free_b);
+    printf("second %d\n", alloc(600 * MiB, &b));
+    printf("dlsym_600MiB %d\n", by_dlsym(600 * MiB));
+    if (a) printf("free_first %d\n", release(a));
+    if (b) release(b);
+    printf("relro_writable %d\n", relro_writable());
+    return 0;
+}
