@@ -3,7 +3,8 @@
  * among them, come before the preloaded shim in its lookups. Prints `key value` lines for
  * tests/tests/guard_deepbind.rs.
  *
- * Usage: guard_deepbind MODULE deep|plain */
+ * Usage: guard_deepbind MODULE deep|lazy|plain: RTLD_NOW|RTLD_DEEPBIND, RTLD_LAZY|RTLD_DEEPBIND,
+ * or RTLD_NOW alone. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
@@ -55,7 +56,9 @@ static int relro_writable(void) {
 int main(int argc, char** argv) {
     if (argc != 3) return 2;
     module_path = argv[1];
-    int flags = RTLD_NOW | (strcmp(argv[2], "deep") == 0 ? RTLD_DEEPBIND : 0);
+    int flags = RTLD_NOW;
+    if (strcmp(argv[2], "deep") == 0) flags = RTLD_NOW | RTLD_DEEPBIND;
+    if (strcmp(argv[2], "lazy") == 0) flags = RTLD_LAZY | RTLD_DEEPBIND;
     void* module = dlopen(module_path, flags);
     if (!module) {
         fprintf(stderr, "%s\n", dlerror());
@@ -66,7 +69,9 @@ int main(int argc, char** argv) {
     int (*alloc)(size_t, void**) = (int (*)(size_t, void**))dlsym(module, "deep_malloc");
     int (*release)(void*) = (int (*)(void*))dlsym(module, "deep_free");
     int (*by_dlsym)(size_t) = (int (*)(size_t))dlsym(module, "deep_dlsym_malloc");
-    if (!probe || !info || !alloc || !release || !by_dlsym) {
+    int (*by_default)(size_t) = (int (*)(size_t))dlsym(module, "deep_default_malloc");
+    int (*next_found)(void) = (int (*)(void))dlsym(module, "deep_next_found");
+    if (!probe || !info || !alloc || !release || !by_dlsym || !by_default || !next_found) {
         fprintf(stderr, "module functions missing\n");
         return 1;
     }
@@ -80,6 +85,8 @@ int main(int argc, char** argv) {
     printf("free_after_600MiB %zu\n", free_b);
     printf("second %d\n", alloc(600 * MiB, &b));
     printf("dlsym_600MiB %d\n", by_dlsym(600 * MiB));
+    printf("default_600MiB %d\n", by_default(600 * MiB));
+    printf("next_found %d\n", next_found());
     if (a) printf("free_first %d\n", release(a));
     if (b) release(b);
     printf("relro_writable %d\n", relro_writable());

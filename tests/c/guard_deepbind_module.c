@@ -27,3 +27,18 @@ int deep_dlsym_malloc(size_t bytes) {
     if (e == hipSuccess) hipFree(p);
     return e;
 }
+
+/* hipMalloc found with dlsym(RTLD_DEFAULT): from here the module's own dependencies come first. */
+int deep_default_malloc(size_t bytes) {
+    hipError_t (*m)(void**, size_t) =
+        (hipError_t(*)(void**, size_t))dlsym(RTLD_DEFAULT, "hipMalloc");
+    if (!m) return -1;
+    void* p = 0;
+    int e = m(&p, bytes);
+    if (e == hipSuccess) hipFree(p);
+    return e;
+}
+
+/* 1 when dlsym(RTLD_NEXT) still searches what follows this module (the runtime has hipMalloc),
+ * as glibc does for its caller. */
+int deep_next_found(void) { return dlsym(RTLD_NEXT, "hipMalloc") != NULL; }

@@ -86,11 +86,27 @@ fn assert_guarded(s: &Seen) {
         2,
         "dlsym on the runtime's handle, called from the module, answers the hook"
     );
+    assert_eq!(
+        s.num("default_600MiB"),
+        2,
+        "dlsym(RTLD_DEFAULT) from the module answers the hook"
+    );
     assert_eq!(s.num("free_first"), 0);
     assert_eq!(
         s.num("relro_writable"),
         0,
         "RELRO pages are read-only again after patching"
+    );
+}
+
+/// The patched `dlsym` keeps `RTLD_NEXT` relative to the module. (Not asserted for a module
+/// opened without RTLD_DEEPBIND: there `dlsym` binds to the exported hook of `dl.rs`, which
+/// answers `RTLD_NEXT` relative to librocmguard.so.)
+fn assert_next_is_the_modules(s: &Seen) {
+    assert_eq!(
+        s.num("next_found"),
+        1,
+        "dlsym(RTLD_NEXT) from the module still searches after the module"
     );
 }
 
@@ -104,11 +120,18 @@ fn a_deepbind_module_allocates_under_the_cap() {
         "RTLD_DEEPBIND still puts the module's own symbols first"
     );
     assert_guarded(&s);
+    assert_next_is_the_modules(&s);
     assert!(
         s.stderr().contains("RTLD_DEEPBIND:") && s.stderr().contains("routed to the hooks"),
         "{}",
         s.stderr()
     );
+
+    // Lazily bound: the GOT still points into the module's PLT when it is patched.
+    let lazy = run(true, &m, "lazy");
+    assert_eq!(lazy.num("probe"), 1);
+    assert_guarded(&lazy);
+    assert_next_is_the_modules(&lazy);
 
     // The same module opened without RTLD_DEEPBIND: ordinary binding reaches the shim.
     let plain = run(true, &m, "plain");
@@ -127,74 +150,124 @@ fn a_deepbind_module_with_full_relro_is_patched_and_protected_again() {
     let s = run(true, &m, "deep");
     assert_eq!(s.num("probe"), 1);
     assert_guarded(&s);
+    assert_next_is_the_modules(&s);
     let bare = run(false, &m, "deep");
     assert_eq!(bare.num("relro_writable"), 0);
     assert_eq!(bare.num("second"), 0);
 }
 
-/// `guard_runpath` in a fresh folder with its library in `sub/`, found only through the
-/// executable's `$ORIGIN/sub` (`DT_RUNPATH` with `new_dtags`, else `DT_RPATH`).
-fn runpath_layout(new_dtags: bool) -> PathBuf {
-    let tag = if new_dtags { "runpath" } else { "rpath" };
-    let exe = built(&format!("guard_runpath_{}", tag), || {
-        let dtags = if new_dtags {
-            "-Wl,--enable-new-dtags"
-        } else {
-            "-Wl,--disable-new-dtags"
-        };
-        compile_c(
-            &format!("guard_runpath_{}", tag),
-            &["guard_runpath.c"],
-            &["-ldl", dtags, "-Wl,-rpath,$ORIGIN/sub"],
-        )
-    });
-    let dep = built("libguard_runpath_dep.so", || {
+/// `-Wl,-rpath,$ORIGIN/sub` as `DT_RUNPATH` (`new_dtags`) or `DT_RPATH`.
+fn rpath_args(new_dtags: bool) -> [&'static str; 2] {
+    let dtags = if new_dtags {
+        "-Wl,--enable-new-dtags"
+    } else {
+        "-Wl,--disable-new-dtags"
+    };
+    [dtags, "-Wl,-rpath,$ORIGIN/sub"]
+}
+
+fn tag(new_dtags: bool) -> &'static str {
+    if new_dtags {
+        "runpath"
+    } else {
+        "rpath"
+    }
+}
+
+fn dep() -> PathBuf {
+    built("libguard_runpath_dep.so", || {
         compile_c(
             "libguard_runpath_dep.so",
             &["guard_runpath_dep.c"],
             &["-shared", "-fPIC"],
         )
-    });
-    let dir = scratch_dir(&format!("deepbind-{}", tag));
-    std::fs::create_dir_all(dir.join("sub")).unwrap();
-    std::fs::copy(&exe, dir.join("guard_runpath")).unwrap();
-    std::fs::copy(&dep, dir.join("sub/libguard_runpath_dep.so")).unwrap();
-    let dynamic = output(std::process::Command::new("readelf").arg("-d").arg(&exe));
+    })
+}
+
+fn has_tag(object: &Path, new_dtags: bool) {
+    let dynamic = output(std::process::Command::new("readelf").arg("-d").arg(object));
     let wanted = if new_dtags { "(RUNPATH)" } else { "(RPATH)" };
     assert!(
         String::from_utf8_lossy(&dynamic.stdout).contains(wanted),
         "{}",
         text(&dynamic)
     );
+}
+
+/// `guard_runpath` in a fresh folder with its library in `sub/`, found only through the
+/// executable's `$ORIGIN/sub`.
+fn executable_layout(new_dtags: bool) -> PathBuf {
+    let name = format!("guard_runpath_{}", tag(new_dtags));
+    let exe = built(&name, || {
+        let mut args = vec!["-ldl"];
+        args.extend(rpath_args(new_dtags));
+        compile_c(&name, &["guard_runpath.c"], &args)
+    });
+    has_tag(&exe, new_dtags);
+    let dir = scratch_dir(&format!("deepbind-exe-{}", tag(new_dtags)));
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::copy(&exe, dir.join("guard_runpath")).unwrap();
+    std::fs::copy(dep(), dir.join("sub/libguard_runpath_dep.so")).unwrap();
     dir.join("guard_runpath")
 }
 
-fn loads(exe: &Path, mode: &str) -> Seen {
-    let s = Seen::new(output(guarded_command(exe).arg(mode)));
-    s.succeeded();
-    s
+/// An executable with no search path of its own and, in `lib/`, a library that makes the call
+/// and finds `lib/sub/` through its `$ORIGIN/sub`. Returns both.
+fn library_layout(new_dtags: bool) -> (PathBuf, PathBuf) {
+    let exe = built("guard_runpath_none", || {
+        compile_c("guard_runpath_none", &["guard_runpath.c"], &["-ldl"])
+    });
+    let name = format!("libguard_runpath_{}.so", tag(new_dtags));
+    let lib = built(&name, || {
+        let mut args = vec!["-shared", "-fPIC", "-DRUNPATH_LIBRARY", "-ldl"];
+        args.extend(rpath_args(new_dtags));
+        compile_c(&name, &["guard_runpath.c"], &args)
+    });
+    has_tag(&lib, new_dtags);
+    let dir = scratch_dir(&format!("deepbind-lib-{}", tag(new_dtags)));
+    std::fs::create_dir_all(dir.join("lib/sub")).unwrap();
+    std::fs::copy(&exe, dir.join("guard_runpath")).unwrap();
+    std::fs::copy(&lib, dir.join("lib/libguard_runpath.so")).unwrap();
+    std::fs::copy(dep(), dir.join("lib/sub/libguard_runpath_dep.so")).unwrap();
+    (
+        dir.join("guard_runpath"),
+        dir.join("lib/libguard_runpath.so"),
+    )
 }
 
-#[test]
-fn the_callers_runpath_still_finds_a_bare_name() {
-    let exe = runpath_layout(true);
+fn assert_loads(exe: &Path, library: Option<&Path>) {
     // Not on LD_LIBRARY_PATH, not in the cache: only $ORIGIN/sub has it.
     assert!(!release_dir()
         .join("hipsim-lib/libguard_runpath_dep.so")
         .exists());
     for mode in ["plain", "deep"] {
-        let s = loads(&exe, mode);
+        let mut cmd = guarded_command(exe);
+        cmd.arg(mode).args(library);
+        let s = Seen::new(output(&mut cmd));
+        s.succeeded();
         assert_eq!(s.num("loaded"), 1, "{}: {}", mode, text(&s.out));
         assert_eq!(s.num("value"), 42);
     }
 }
 
 #[test]
-fn the_callers_rpath_still_finds_a_bare_name() {
-    let exe = runpath_layout(false);
-    for mode in ["plain", "deep"] {
-        let s = loads(&exe, mode);
-        assert_eq!(s.num("loaded"), 1, "{}: {}", mode, text(&s.out));
-        assert_eq!(s.num("value"), 42);
-    }
+fn the_executables_runpath_still_finds_a_bare_name() {
+    assert_loads(&executable_layout(true), None);
+}
+
+#[test]
+fn the_executables_rpath_still_finds_a_bare_name() {
+    assert_loads(&executable_layout(false), None);
+}
+
+#[test]
+fn a_librarys_runpath_still_finds_a_bare_name() {
+    let (exe, lib) = library_layout(true);
+    assert_loads(&exe, Some(&lib));
+}
+
+#[test]
+fn a_librarys_rpath_still_finds_a_bare_name() {
+    let (exe, lib) = library_layout(false);
+    assert_loads(&exe, Some(&lib));
 }

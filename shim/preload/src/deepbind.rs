@@ -43,9 +43,12 @@ type DlopenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
 static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
 
 /// File-name prefixes of the runtime libraries (as in `resolve`'s lists: `hip::LIBS`,
-/// `cuda::LIBS`, `cuda_driver`'s and `blas`'s), whose own references are never patched.
+/// `cuda::LIBS`, `cuda_driver`'s and `blas`'s, and below HIP the HSA runtime and the code
+/// object manager), whose own references are never patched.
 const RUNTIME_PREFIXES: &[&str] = &[
     "libamdhip64",
+    "libhsa-runtime64",
+    "libamd_comgr",
     "libcudart",
     "libcuda.so",
     "librocblas",
@@ -160,6 +163,76 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
         resolve = sym resolve_real_dlopen,
         deep = sym open_deep,
     )
+}
+
+/// What a RTLD_DEEPBIND library's `dlsym` references are pointed at. With a real handle the
+/// answer does not depend on the caller: our `dlsym` hook (hooked names answer the hooks). The
+/// pseudo-handles do: `RTLD_DEFAULT` searches the caller's scope (the library's own
+/// dependencies first) and `RTLD_NEXT` what follows the caller, so they go to glibc's `dlsym`
+/// with the return address intact, except that a hooked name under `RTLD_DEFAULT` answers the
+/// hook, as it does in an ordinary program, where our export is found first.
+///
+/// # Safety
+/// As `dlsym(3)`.
+#[unsafe(naked)]
+unsafe extern "C" fn deep_dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // rdi = handle, rsi = symbol; rsp is 8 past a 16-byte boundary at entry.
+    core::arch::naked_asm!(
+        "test rdi, rdi",
+        "jz 2f",
+        "cmp rdi, -1",
+        "je 3f",
+        "jmp {hooked_dlsym}",
+        // RTLD_DEFAULT: the hook for a hooked name, else glibc's answer.
+        "2:",
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "mov rdi, rsi",
+        "call {hook_by_name}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 3f",
+        "ret",
+        // glibc's dlsym, called as if by the library itself.
+        "3:",
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {real_dlsym}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 4f",
+        "jmp rax",
+        "4:",
+        "xor eax, eax",
+        "ret",
+        hooked_dlsym = sym crate::dl::dlsym,
+        hook_by_name = sym hook_by_name,
+        real_dlsym = sym real_dlsym_address,
+    )
+}
+
+/// Our hook for the symbol `name` names, or 0 (not hooked, degraded, or a panic).
+extern "C" fn hook_by_name(name: *const c_char) -> usize {
+    if name.is_null() || crate::degraded() {
+        return 0;
+    }
+    std::panic::catch_unwind(|| {
+        // SAFETY: dlsym's argument, a NUL-terminated string.
+        let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+        crate::dl::hook_for(name, 0).unwrap_or(0)
+    })
+    .unwrap_or(0)
+}
+
+/// glibc's `dlsym`, or 0.
+extern "C" fn real_dlsym_address() -> usize {
+    std::panic::catch_unwind(|| crate::resolve::real_dlsym() as usize).unwrap_or(0)
 }
 
 /// Finds glibc's `dlopen` (`GLIBC_2.34` in libc, else `GLIBC_2.2.5` in libdl); 0 if neither.
@@ -698,7 +771,7 @@ impl Object {
         };
         let name = &strings[name_at..name_at + len];
         let slot = self.base.wrapping_add(r.offset as usize);
-        if slot % 8 != 0 || !self.inside(slot, 8) {
+        if !slot.is_multiple_of(8) || !self.inside(slot, 8) {
             return Err("GOT slot outside the object".into());
         }
         // SAFETY: an aligned slot inside the object's mapped range, written by the loader.
@@ -708,7 +781,7 @@ impl Object {
             return Ok(None);
         }
         let hook = match name {
-            b"dlsym" => crate::dl::dlsym as *const () as usize,
+            b"dlsym" => deep_dlsym as *const () as usize,
             b"dlopen" => dlopen as *const () as usize,
             _ if crate::degraded() => return Ok(None),
             _ => {
