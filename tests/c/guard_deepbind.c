@@ -3,11 +3,18 @@
  * among them, come before the preloaded shim in its lookups. Prints `key value` lines for
  * tests/tests/guard_deepbind.rs.
  *
- * Usage: guard_deepbind MODULE deep|lazy|plain: RTLD_NOW|RTLD_DEEPBIND, RTLD_LAZY|RTLD_DEEPBIND,
- * or RTLD_NOW alone. */
+ * Usage: guard_deepbind MODULE deep|lazy|plain|refuse: RTLD_NOW|RTLD_DEEPBIND,
+ * RTLD_LAZY|RTLD_DEEPBIND, RTLD_NOW alone, or RTLD_NOW|RTLD_DEEPBIND with every
+ * mprotect(PROT_READ|PROT_WRITE) refused (a seccomp filter), as a hardened system might. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,12 +60,34 @@ static int relro_writable(void) {
     return writable;
 }
 
+/* From here on mprotect(..., PROT_READ|PROT_WRITE) fails with EPERM. */
+static int refuse_writable_mprotect(void) {
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mprotect, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PROT_READ | PROT_WRITE, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 1 /* EPERM */),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof filter / sizeof filter[0], filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
+
 int main(int argc, char** argv) {
     if (argc != 3) return 2;
     module_path = argv[1];
     int flags = RTLD_NOW;
     if (strcmp(argv[2], "deep") == 0) flags = RTLD_NOW | RTLD_DEEPBIND;
     if (strcmp(argv[2], "lazy") == 0) flags = RTLD_LAZY | RTLD_DEEPBIND;
+    if (strcmp(argv[2], "refuse") == 0) {
+        flags = RTLD_NOW | RTLD_DEEPBIND;
+        if (refuse_writable_mprotect() != 0) {
+            perror("seccomp");
+            return 1;
+        }
+    }
     void* module = dlopen(module_path, flags);
     if (!module) {
         fprintf(stderr, "%s\n", dlerror());

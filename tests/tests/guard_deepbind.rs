@@ -156,6 +156,26 @@ fn a_deepbind_module_with_full_relro_is_patched_and_protected_again() {
     assert_eq!(bare.num("second"), 0);
 }
 
+#[test]
+fn a_refused_mprotect_leaves_the_module_unpatched_and_the_program_running() {
+    // A seccomp filter in the program refuses mprotect(PROT_READ|PROT_WRITE) before the
+    // dlopen: the read-only GOT of the full-RELRO module cannot be written.
+    let s = run(true, &module(true), "refuse");
+    assert_eq!(s.num("probe"), 1, "the dlopen succeeded");
+    assert_eq!(
+        s.num("total"),
+        16 * GIB,
+        "unpatched: the runtime's own figures"
+    );
+    assert_eq!(s.num("relro_writable"), 0);
+    assert!(
+        s.stderr().contains("left unpatched (mprotect refused")
+            && s.stderr().matches("RTLD_DEEPBIND library").count() == 1,
+        "one warning naming the library:\n{}",
+        s.stderr()
+    );
+}
+
 /// `-Wl,-rpath,$ORIGIN/sub` as `DT_RUNPATH` (`new_dtags`) or `DT_RPATH`.
 fn rpath_args(new_dtags: bool) -> [&'static str; 2] {
     let dtags = if new_dtags {

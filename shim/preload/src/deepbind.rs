@@ -129,8 +129,12 @@ extern "C" {
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_void {
-    // rdi = file, esi = flags; at entry [rsp] is the caller's return address and rsp is 8 past
-    // a 16-byte boundary.
+    // SAFETY: System V x86_64 ABI. rdi = file, esi = flags; at entry [rsp] is the caller's
+    // return address and rsp is 8 past a 16-byte boundary. Every path either jumps to a
+    // function of the same signature with the arguments and stack exactly as the caller left
+    // them (glibc's dlopen; open_deep, whose third argument rdx is filled from [rsp]), or
+    // calls a resolver with both argument registers saved and the stack 16-byte aligned, and
+    // restores them before jumping, or returns null.
     core::arch::naked_asm!(
         "test esi, {deepbind}",
         "jnz 4f",
@@ -176,7 +180,10 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
 /// As `dlsym(3)`.
 #[unsafe(naked)]
 unsafe extern "C" fn deep_dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    // rdi = handle, rsi = symbol; rsp is 8 past a 16-byte boundary at entry.
+    // SAFETY: System V x86_64 ABI. rdi = handle, rsi = symbol; rsp is 8 past a 16-byte
+    // boundary at entry. Jumps go to functions of dlsym's signature with the caller's
+    // arguments and stack untouched; the two calls save rdi and rsi and keep the stack
+    // 16-byte aligned; the early `ret` returns our hook's address in rax.
     core::arch::naked_asm!(
         "test rdi, rdi",
         "jz 2f",
@@ -260,6 +267,8 @@ fn real_dlopen() -> Option<DlopenFn> {
 
 /// A `RTLD_DEEPBIND` `dlopen` from code returning to `caller`: the caller's search, glibc's
 /// `dlopen`, then the GOT of every object it loaded.
+///
+/// Safety: as `dlopen(3)`; `caller` is the return address of the `dlopen` call.
 unsafe extern "C" fn open_deep(
     file: *const c_char,
     flags: c_int,
@@ -293,6 +302,8 @@ unsafe extern "C" fn open_deep(
 /// The full path glibc would find for `file` from the caller's link map where that depends on
 /// the caller (its `DT_RPATH`, or `DT_RUNPATH` after `LD_LIBRARY_PATH`; `$ORIGIN` in a path),
 /// else `None` (pass the name unchanged). Also says whether a probe `dlopen` was made.
+///
+/// Safety: `file` is null or NUL-terminated; `real` is glibc's `dlopen`.
 unsafe fn callers_search(
     file: *const c_char,
     caller: *const c_void,
@@ -347,6 +358,8 @@ unsafe fn callers_search(
 }
 
 /// The link map of the object holding `caller`, else the main program's (as glibc does).
+///
+/// Safety: none beyond the loader's own (any address may be asked about).
 unsafe fn caller_map(caller: *const c_void) -> Option<*const LinkMap> {
     // SAFETY: all-zero is a valid Dl_info (null pointers).
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
@@ -372,6 +385,8 @@ unsafe fn caller_map(caller: *const c_void) -> Option<*const LinkMap> {
 }
 
 /// The directory of the object of `map` (`/proc/self/exe`'s for the main program).
+///
+/// Safety: `map` is a link map of a loaded object.
 unsafe fn origin_of(map: *const LinkMap) -> Option<PathBuf> {
     // SAFETY: l_name of a live map is a NUL-terminated string (empty for the main program).
     let name = unsafe { (*map).name };
@@ -422,6 +437,8 @@ fn expand_origin(name: &[u8], origin: Option<&Path>) -> Option<Vec<u8>> {
 }
 
 /// The caller's `DT_RPATH` and `DT_RUNPATH` strings.
+///
+/// Safety: `map` is a link map of a loaded object.
 unsafe fn search_paths(map: *const LinkMap) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
     // SAFETY: l_ld of a live map is its dynamic section, ended by DT_NULL.
     let (base, mut d) = unsafe { ((*map).addr, (*map).ld) };
@@ -534,7 +551,8 @@ fn loaded_now() -> HashSet<(usize, usize)> {
 struct Visit<'a> {
     before: &'a HashSet<(usize, usize)>,
     maps: &'a [Mapping],
-    patched: Vec<(String, usize)>,
+    /// Object, slots written, whether any was a runtime function's (not `dlsym`/`dlopen`).
+    patched: Vec<(String, usize, bool)>,
     failed: Vec<(String, String)>,
 }
 
@@ -577,15 +595,12 @@ fn patch_new_objects(before: &HashSet<(usize, usize)>) {
     if loaded_now().is_subset(before) {
         return;
     }
-    // Set up here, outside the loader's lock (it may start a thread); the guard off: no hooks.
-    match crate::config() {
-        Some(c) if !c.disable && !crate::degraded() => {}
-        _ => return,
-    }
     let Some(maps) = read_maps() else {
-        crate::log::warn(format_args!(
-            "RTLD_DEEPBIND: /proc/self/maps unreadable; the library is not guarded"
-        ));
+        log_with_config(|| {
+            crate::log::warn(format_args!(
+                "RTLD_DEEPBIND: /proc/self/maps unreadable; the library is not guarded"
+            ))
+        });
         return;
     };
     let mut visit = Visit {
@@ -604,21 +619,36 @@ fn patch_new_objects(before: &HashSet<(usize, usize)>) {
     }
     // SAFETY: the callback only reads loader entries and writes GOT slots it checked.
     unsafe { libc::dl_iterate_phdr(Some(each), &mut visit as *mut Visit as *mut c_void) };
-    for (object, why) in &visit.failed {
-        crate::log::warn(format_args!(
-            "RTLD_DEEPBIND library {} left unpatched ({}): its allocations are not guarded",
-            object, why
-        ));
+    // Only objects that reach the runtime set the configuration (and its log) up: a plugin
+    // whose one patched reference is `dlsym` starts nothing.
+    if visit.failed.is_empty() && visit.patched.iter().all(|(_, _, guarded)| !guarded) {
+        return;
     }
-    for (object, n) in &visit.patched {
-        crate::log::info(format_args!(
-            "RTLD_DEEPBIND: {} references of {} routed to the hooks",
-            n, object
-        ));
+    log_with_config(|| {
+        for (object, why) in &visit.failed {
+            crate::log::warn(format_args!("RTLD_DEEPBIND library {}: {}", object, why));
+        }
+        for (object, n, _) in &visit.patched {
+            crate::log::info(format_args!(
+                "RTLD_DEEPBIND: {} references of {} routed to the hooks",
+                n, object
+            ));
+        }
+    });
+}
+
+/// Logs once the configuration (which sets the log up) is read, outside the loader's lock:
+/// reading it may start a thread. As for any hook, `ROCMGUARD_DISABLE` leaves the patches in
+/// place; the hooks then pass every call through.
+fn log_with_config(log: impl FnOnce()) {
+    if crate::config().is_some() {
+        log();
     }
 }
 
 /// Patches one object if it is new and neither ours nor a runtime library.
+///
+/// Safety: `info` is an entry `dl_iterate_phdr` is visiting (its object stays loaded).
 unsafe fn visit_object(info: &libc::dl_phdr_info, visit: &mut Visit) {
     let key = (info.dlpi_addr as usize, info.dlpi_phdr as usize);
     if visit.before.contains(&key) || info.dlpi_phdr.is_null() {
@@ -657,11 +687,24 @@ unsafe fn visit_object(info: &libc::dl_phdr_info, visit: &mut Visit) {
     let object = Object { base, lo, hi };
     // SAFETY: the object is loaded (we are inside dl_iterate_phdr) and its tables are checked
     // to lie inside its mapped range before they are read.
-    let result = unsafe { object.plan(phdrs) }.and_then(|plan| object.apply(&plan, visit.maps));
-    match result {
-        Ok(0) => {}
-        Ok(n) => visit.patched.push((name, n)),
-        Err(why) => visit.failed.push((name, why)),
+    let plan = match unsafe { object.plan(phdrs) } {
+        Ok(plan) => plan,
+        Err(why) => {
+            let why = format!(
+                "left unpatched ({}): its runtime calls are not guarded",
+                why
+            );
+            visit.failed.push((name, why));
+            return;
+        }
+    };
+    let guarded = plan.iter().any(|w| w.guarded);
+    let (written, problem) = object.apply(&plan, visit.maps);
+    if written > 0 {
+        visit.patched.push((name.clone(), written, guarded));
+    }
+    if let Some(problem) = problem {
+        visit.failed.push((name, problem));
     }
 }
 
@@ -677,8 +720,10 @@ impl Object {
         addr >= self.lo && addr.checked_add(len).is_some_and(|end| end <= self.hi)
     }
 
-    /// The GOT writes for this object: (slot, our address).
-    unsafe fn plan(&self, phdrs: &[libc::Elf64_Phdr]) -> Result<Vec<(usize, usize)>, String> {
+    /// The GOT writes for this object.
+    ///
+    /// Safety: the object is loaded and `phdrs` are its program headers.
+    unsafe fn plan(&self, phdrs: &[libc::Elf64_Phdr]) -> Result<Vec<Write>, String> {
         let Some(dynamic) = phdrs.iter().find(|p| p.p_type == PT_DYNAMIC) else {
             return Ok(Vec::new());
         };
@@ -743,7 +788,10 @@ impl Object {
 
     /// Our address for the slot of relocation `r`, if it names a hooked function the object
     /// does not define itself and the slot already holds a resolved address.
-    unsafe fn write_for(&self, r: &Rela, t: &Tables) -> Result<Option<(usize, usize)>, String> {
+    ///
+    /// Safety: `t.symtab`, `t.strtab` and `t.strsz` come from this loaded object's dynamic
+    /// section, and the string table was checked to lie inside it.
+    unsafe fn write_for(&self, r: &Rela, t: &Tables) -> Result<Option<Write>, String> {
         let kind = r.info & 0xffff_ffff;
         let index = (r.info >> 32) as usize;
         if (kind != R_X86_64_JUMP_SLOT && kind != R_X86_64_GLOB_DAT) || index == 0 {
@@ -780,6 +828,7 @@ impl Object {
             // An unresolved weak reference: the library tests it for null; leave it so.
             return Ok(None);
         }
+        let guarded = !matches!(name, b"dlsym" | b"dlopen");
         let hook = match name {
             b"dlsym" => deep_dlsym as *const () as usize,
             b"dlopen" => dlopen as *const () as usize,
@@ -793,21 +842,58 @@ impl Object {
                 }
             }
         };
-        Ok((hook != current).then_some((slot, hook)))
+        Ok((hook != current).then_some(Write {
+            slot,
+            hook,
+            guarded,
+        }))
     }
 
     /// Writes the planned slots, a page at a time, each page made writable for the writes
-    /// and given its protection back after. Returns how many slots were written.
-    fn apply(&self, plan: &[(usize, usize)], maps: &[Mapping]) -> Result<usize, String> {
+    /// and given its protection back after. Returns how many slots were written, and what
+    /// went wrong, if anything (a slot is either written or left as the loader bound it).
+    fn apply(&self, plan: &[Write], maps: &[Mapping]) -> (usize, Option<String>) {
+        match self.write_pages(plan, maps) {
+            Ok((n, None)) => (n, None),
+            Ok((n, Some(e))) => (
+                n,
+                Some(format!("patched, but a GOT page stayed writable ({})", e)),
+            ),
+            Err((0, why)) => (
+                0,
+                Some(format!(
+                    "left unpatched ({}): its runtime calls are not guarded",
+                    why
+                )),
+            ),
+            Err((n, why)) => (
+                n,
+                Some(format!(
+                    "partly patched ({} after {} of {} references): the rest are not guarded",
+                    why,
+                    n,
+                    plan.len()
+                )),
+            ),
+        }
+    }
+
+    /// [`Object::apply`]'s writes: `Ok((written, a page left writable))` or
+    /// `Err((written, why it stopped))`.
+    fn write_pages(
+        &self,
+        plan: &[Write],
+        maps: &[Mapping],
+    ) -> Result<(usize, Option<std::io::Error>), (usize, String)> {
         if plan.is_empty() {
-            return Ok(0);
+            return Ok((0, None));
         }
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         if !page.is_power_of_two() {
-            return Err("no page size".into());
+            return Err((0, "no page size".into()));
         }
-        let mut pages: Vec<usize> = plan.iter().map(|(s, _)| s & !(page - 1)).collect();
+        let mut pages: Vec<usize> = plan.iter().map(|w| w.slot & !(page - 1)).collect();
         pages.sort_unstable();
         pages.dedup();
         // Every page's protection first: nothing is written unless all are known.
@@ -817,13 +903,14 @@ impl Object {
                 .iter()
                 .find(|m| m.start <= p && p < m.end)
                 .map(|m| m.prot)
-                .ok_or("GOT page not in /proc/self/maps")?;
+                .ok_or((0, "GOT page not in /proc/self/maps".to_string()))?;
             if prot & libc::PROT_READ == 0 {
-                return Err("GOT page not readable".into());
+                return Err((0, "GOT page not readable".into()));
             }
             prots.push(prot);
         }
         let mut written = 0;
+        let mut left_writable = None;
         for (&p, &prot) in pages.iter().zip(&prots) {
             let writable = prot & libc::PROT_WRITE != 0;
             // SAFETY: a page of the object's own mapping, given write access on top of what
@@ -832,9 +919,9 @@ impl Object {
                 && unsafe { libc::mprotect(p as *mut c_void, page, prot | libc::PROT_WRITE) } != 0
             {
                 let e = std::io::Error::last_os_error();
-                return Err(format!("mprotect refused: {} ({} written)", e, written));
+                return Err((written, format!("mprotect refused: {}", e)));
             }
-            for &(slot, hook) in plan.iter().filter(|(s, _)| s & !(page - 1) == p) {
+            for &Write { slot, hook, .. } in plan.iter().filter(|w| w.slot & !(page - 1) == p) {
                 // SAFETY: an aligned GOT slot of the object, now writable; other threads may
                 // read it at any time, so one atomic store.
                 unsafe { AtomicUsize::from_ptr(slot as *mut usize) }.store(hook, Ordering::Release);
@@ -842,14 +929,19 @@ impl Object {
             }
             // SAFETY: the same page, given back the protection it had.
             if !writable && unsafe { libc::mprotect(p as *mut c_void, page, prot) } != 0 {
-                crate::log::warn(format_args!(
-                    "RTLD_DEEPBIND: a GOT page could not be made read-only again: {}",
-                    std::io::Error::last_os_error()
-                ));
+                left_writable = Some(std::io::Error::last_os_error());
             }
         }
-        Ok(written)
+        Ok((written, left_writable))
     }
+}
+
+/// One planned GOT write: the slot, our address for it, and whether it is a runtime
+/// function's (rather than `dlsym`'s or `dlopen`'s).
+struct Write {
+    slot: usize,
+    hook: usize,
+    guarded: bool,
 }
 
 /// What `plan` reads from a dynamic section.
