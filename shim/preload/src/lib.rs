@@ -4,6 +4,7 @@
 //! library because it links them); what is here is only how Linux brings calls to them that
 //! the preload alone would miss: `dlsym` on a handle of the runtime (`dl.rs`).
 
+mod deepbind;
 mod dl;
 
 /// The library's version, for `rocmguard doctor` and programs that want to know.
