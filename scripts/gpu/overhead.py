@@ -224,6 +224,7 @@ def main():
                 status = "PASS" if share < 0.01 else "FAIL"
                 bounds.append({"workload": w, "added_us_per_step": us, "share": share, "status": status})
                 print(f"{w:<10} {us:17.2f} {share:12.5%}  {status}")
+            print("BOUND-RESULT " + json.dumps(bounds), flush=True)
     Path(args.json).write_text(json.dumps({"rounds": rounds, "medians": medians, "rows": rows, "counts": counts, "bounds": bounds}, indent=1))
     return 1 if any(r["status"] in ("FAIL", "UNRESOLVED") for r in rows) else 0
 

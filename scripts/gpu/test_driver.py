@@ -237,8 +237,11 @@ class Checks(unittest.TestCase):
         # The fake runs' verdict lines (some fail on purpose) are kept, not printed as FAILED.
         self.progress = []
         self.ctx.progress = self.progress.append
+        self.saved_scripts = driver.run_script
+        driver.run_script = fake_scripts(wrong=0)
 
     def tearDown(self):
+        driver.run_script = self.saved_scripts
         self.dir.cleanup()
 
     def rows(self, check=None):
@@ -263,7 +266,7 @@ class Checks(unittest.TestCase):
     def test_training_all_good(self):
         driver.check_training(self.ctx)
         rows = self.ctx.rows
-        self.assertEqual(len(rows), 2 * 5)  # per model: 2 rows of check 2, 3 of check 3
+        self.assertEqual(len(rows), 2 * 5 + 3)  # per model: 2 rows of check 2, 3 of check 3; 3 bounds
         self.assertTrue(all(r["status"] == "PASS" for r in rows), [r for r in rows if r["status"] != "PASS"])
         self.assertIn("two native runs equal too", self.rows(2)["GPT-2 small, caching on: losses"]["figures"])
         labels = list(self.ctx.runs)
@@ -289,6 +292,17 @@ class Checks(unittest.TestCase):
         self.assertIn("(+2.00%; target <= +1%)", rows["GPT-2 small, caching on: step time"]["figures"])
         self.assertEqual(rows["GPT-2 small, caching off: memory"]["status"], "FAIL")
         self.assertEqual(rows["GPT-2 small, caching off: step time"]["status"], "PASS")
+
+    def test_a_cost_bound_over_one_percent_or_missing_fails(self):
+        driver.run_script = fake_scripts(wrong=0, bound_share=0.012)
+        driver.check_cost_bound(self.ctx)
+        rows = self.rows(2)
+        self.assertEqual(rows["decode, caching on: shim's CPU work per step (bound)"]["status"], "FAIL")
+        self.assertIn("1.20000% of the native step", rows["decode, caching on: shim's CPU work per step (bound)"]["figures"])
+        self.ctx.rows.clear()
+        driver.run_script = lambda command, env=None, timeout=300: (1, "", "nvcc: not found")
+        driver.check_cost_bound(self.ctx)
+        self.assertEqual([r["status"] for r in self.ctx.rows], ["FAIL"])
 
     def test_a_miss_within_the_native_spread_still_fails(self):
         self.assertEqual(driver.timing_status(100.5, 100.0, 0.01, 0.002), "PASS")
@@ -379,12 +393,18 @@ class Checks(unittest.TestCase):
         self.assertEqual(self.gpu.calls, [])
 
 
-def fake_scripts(wrong):
+def fake_scripts(wrong, bound_share=0.0001):
     """Check 7's programs as they print on a GPU: transparency.py's two checks pass, ipc.py
-    reports `wrong` tensors with wrong data, the peer kernel passes."""
+    reports `wrong` tensors with wrong data, the peer kernel passes; and check 2's cost bound
+    (overhead.py --counts) with `bound_share` of the step for decode."""
 
     def run(command, env=None, timeout=300):
-        name = Path(command[-1]).name
+        if any(c.endswith("overhead.py") for c in command):
+            bounds = [
+                {"workload": w, "added_us_per_step": 1.0, "share": share, "status": "PASS" if share < 0.01 else "FAIL"}
+                for w, share in (("gpt2", 0.00002), ("resnet50", 0.00004), ("decode", bound_share))
+            ]
+            return 0, "BOUND-RESULT " + json.dumps(bounds) + "\n", ""
         if any(c.endswith("transparency.py") for c in command):
             return 0, "CHECK expandable PASS free 1.99 GiB\nCHECK group PASS got it 0.5 s after\n", ""
         if any(c.endswith("ipc_driver.py") for c in command):
