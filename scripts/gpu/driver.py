@@ -704,11 +704,33 @@ def check_swap(ctx):
 
 
 def check_ddp(ctx, gpus):
-    """6. Two ranks under torchrun, NCCL all-reduce, each rank's own device pool."""
+    """6. Two ranks under torchrun, NCCL all-reduce, each rank's own device pool: with NCCL's
+    defaults, and with NCCL_CUMEM_ENABLE=0, where NCCL shares its buffers between the ranks'
+    processes through cudaIpcGetMemHandle (the path RCCL takes on ROCm). Then a P2P copy of
+    pooled tensors from GPU 0 to GPU 1 (p2p.py)."""
     if gpus < 2:
-        ctx.row(6, "two GPUs (DDP, NCCL)", "SKIP", f"one GPU (nvidia-smi -L lists {gpus})")
+        ctx.row(6, "two GPUs (DDP, NCCL; NCCL's IPC path; P2P copy)", "SKIP", f"one GPU (nvidia-smi -L lists {gpus})")
         return
-    log_dir = ctx.logs / "ddp-ranks"
+    ddp_rows(ctx, "", {})
+    ddp_rows(ctx, " (NCCL_CUMEM_ENABLE=0: NCCL's IPC path)", {"NCCL_CUMEM_ENABLE": "0"})
+    if ctx.deadline - time.monotonic() < 20:
+        ctx.row(6, "two GPUs: P2P copy of pooled tensors", "SKIP", "time budget spent")
+        return
+    env = dict(os.environ, LD_PRELOAD=ctx.lib, **ctx.settings)
+    rc, out, err = run_script([ctx.python, str(HERE / "p2p.py")], env)
+    (ctx.logs / "p2p.log").write_text(out + err)
+    line = next((l for l in out.splitlines() if l.startswith("CHECK p2p ")), None)
+    words = line.split()[2:] if line else []
+    figures = dict(zip(words[::2], words[1::2]))
+    ok = rc == 0 and figures.get("wrong") == "0" and figures.get("intact", "0") != "0"
+    ctx.row(6, "two GPUs: P2P copy of pooled tensors", "PASS" if ok else "FAIL",
+            (" ".join(words) if line else f"no CHECK line: {tail(err)}") + f" (exit {rc})")
+
+
+def ddp_rows(ctx, suffix, extra_env):
+    """One torchrun of ddp.py under the shim and its rows (names end in `suffix`)."""
+    slug = "".join(c for c in suffix if c.isalnum())[:24]
+    log_dir = ctx.logs / f"ddp-ranks{slug}"
     shutil.rmtree(log_dir, ignore_errors=True)  # only this run's rank files in it
     args = [
         "-m",
@@ -725,14 +747,19 @@ def check_ddp(ctx, gpus):
         "10" if ctx.quick else "20",
     ]
     run = ctx.run(
-        "ddp-shim-2gpu", args, shim=True, caching=True, env={"ROCMGUARD_VRAM_LIMIT": CAP_TEXT}, rank_logs=log_dir
+        f"ddp-shim-2gpu{('-' + slug) if slug else ''}",
+        args,
+        shim=True,
+        caching=True,
+        env=dict({"ROCMGUARD_VRAM_LIMIT": CAP_TEXT}, **extra_env),
+        rank_logs=log_dir,
     )
+    name = "two GPUs: both ranks finish" + suffix
     if run.skipped:
-        ctx.row(6, "two GPUs: both ranks finish", "SKIP", run.failure())
+        ctx.row(6, name, "SKIP", run.failure())
         return
     ranks = run.ranks
     done = sorted(r for r, v in ranks.items() if v["result"])
-    name = "two GPUs: both ranks finish"
     if run.rc == 0 and done == [0, 1]:
         ctx.row(
             6,
@@ -764,13 +791,13 @@ def check_ddp(ctx, gpus):
             problems.append(f"rank {r}: pools on {devices}, expected only dev{r}")
         if total != CAP:
             problems.append(f"rank {r}: mem_get_info total {total} != {CAP}")
-    ctx.row(6, "two GPUs: a pool per device", "FAIL" if problems else "PASS", "; ".join(seen + problems))
+    ctx.row(6, "two GPUs: a pool per device" + suffix, "FAIL" if problems else "PASS", "; ".join(seen + problems))
     r0, r1 = ranks[0]["result"], ranks[1]["result"]
     sums_ok = all(x["allreduce_sum"] == x["allreduce_expected"] for x in (r0, r1))
     sums_equal = r0["param_checksums"] == r1["param_checksums"] and len(set(r0["param_checksums"])) == 1
     ctx.row(
         6,
-        "two GPUs: all-reduce",
+        "two GPUs: all-reduce" + suffix,
         "PASS" if sums_ok and sums_equal else "FAIL",
         f"all-reduce of 1+2 = {r0['allreduce_sum']} (expected {r0['allreduce_expected']}); parameter checksums "
         f"after {len(r0['losses'])} DDP steps {'equal' if sums_equal else 'DIFFERENT'} on both ranks "

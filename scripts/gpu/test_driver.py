@@ -368,15 +368,24 @@ class Checks(unittest.TestCase):
         rows = self.rows(6)
         self.assertEqual(
             [
-                rows[n]["status"]
+                rows[n + suffix]["status"]
+                for suffix in ("", " (NCCL_CUMEM_ENABLE=0: NCCL's IPC path)")
                 for n in ("two GPUs: both ranks finish", "two GPUs: a pool per device", "two GPUs: all-reduce")
             ],
-            ["PASS"] * 3,
+            ["PASS"] * 6,
             rows,
         )
+        self.assertEqual(rows["two GPUs: P2P copy of pooled tensors"]["status"], "PASS")
         command, env = self.gpu.calls[-1]
         self.assertIn("torch.distributed.run", command)
         self.assertIn("LD_PRELOAD", env)
+        self.assertEqual(env.get("NCCL_CUMEM_ENABLE"), "0")
+        self.assertNotIn("NCCL_CUMEM_ENABLE", self.gpu.calls[-2][1])
+
+    def test_wrong_p2p_data_fails(self):
+        driver.run_script = fake_scripts(wrong=2)
+        driver.check_ddp(self.ctx, gpus=2)
+        self.assertEqual(self.rows(6)["two GPUs: P2P copy of pooled tensors"]["status"], "FAIL")
 
     def test_ddp_pools_on_the_wrong_device(self):
         self.gpu.rank_devices = {0: [0], 1: [0, 1]}
@@ -414,6 +423,8 @@ def fake_scripts(wrong, bound_share=0.0001):
             if "--opener-without-shim" in command:
                 line = f"CHECK ipc intact 0 refused 0 failed-to-open {18 - wrong} wrong {wrong}\n"
             return (1 if wrong else 0), line, ""
+        if any(c.endswith("p2p.py") for c in command):
+            return (1 if wrong else 0), f"CHECK p2p intact {18 - wrong} wrong {wrong} peer 1\n", ""
         if command[0] == "nvcc":
             return 0, "", ""
         return 0, "enable 0\npeer before OK\npeer after OK\n", ""
