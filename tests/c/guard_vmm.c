@@ -193,7 +193,26 @@ static void handles(int n) {
     printf("created %d\ncode %d\n", made, e);
 }
 
+/* A trim after a large block is freed while a small one stays in the same reserved range:
+ * how much of the device's free memory comes back (hipMemPoolTrimTo(0) trims the pool). */
+static void trim(void) {
+    void *small = NULL, *large = NULL;
+    OK(hipMalloc(&small, 1 * MiB));
+    OK(hipMalloc(&large, 600 * MiB));
+    size_t before = free_now();
+    hipMemPool_t pool = NULL;
+    OK(hipDeviceGetDefaultMemPool(&pool, 0));
+    OK(hipFree(large));
+    OK(hipMemPoolTrimTo(pool, 0));
+    printf("trim_came_back_mib %zu\n", (free_now() - before) / MiB);
+    OK(hipFree(small));
+}
+
 int main(int argc, char** argv) {
+    if (argc > 1 && strcmp(argv[1], "trim") == 0) {
+        trim();
+        return 0;
+    }
     if (argc > 2 && strcmp(argv[1], "handles") == 0) {
         handles(atoi(argv[2]));
         return 0;

@@ -359,3 +359,31 @@ fn a_device_that_returns_memory_only_with_its_range_gets_plain_segments() {
     );
     assert!(stderr.contains("plain segments"), "{}", stderr);
 }
+
+#[test]
+fn a_trim_whose_memory_does_not_come_back_is_said_once() {
+    // Released memory held while its range is in use: the first-use check (a range of its own)
+    // passes, so the pool keeps virtual segments, and the trim's own check must speak.
+    let knob = ("HIPSIM_VMM_DEFERRED_RELEASE", "in-use");
+    let s = guarded(&["trim"], &[knob, ("ROCMGUARD_LOG", "info")]);
+    let stderr = String::from_utf8_lossy(&s.1.stderr).into_owned();
+    assert!(
+        !stderr.contains("memory came back only with its address range"),
+        "the first-use check passed:\n{}",
+        stderr
+    );
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("a trim gave"))
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains("ROCMGUARD_VMM=0"),
+        "one line saying the trim gave nothing back, and what to do:\n{}",
+        stderr
+    );
+
+    // A runtime that gives memory back: nothing said.
+    let s = guarded(&["trim"], &[("ROCMGUARD_LOG", "info")]);
+    let stderr = String::from_utf8_lossy(&s.1.stderr).into_owned();
+    assert!(!stderr.contains("a trim gave"), "{}", stderr);
+}

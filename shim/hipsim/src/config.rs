@@ -9,6 +9,20 @@ use std::time::Duration;
 
 const GIB: u64 = 1 << 30;
 
+/// When the memory of a released virtual memory handle goes back to its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeferredRelease {
+    /// At release, as ROCm's clr intends (`hipMemRelease` frees the handle's memory).
+    Never,
+    /// Only when the address range it was last mapped in is freed (`1`), as Linux's amdgpu
+    /// driver was reported to do with ROCm's virtual memory. A fault knob.
+    UntilRangeFreed,
+    /// As `1`, but only while other handles stay mapped in that range (`in-use`): the same
+    /// fault seen from a range still in use, as a pool's is, which a check on a range of its
+    /// own cannot see. A fault knob.
+    WhileRangeInUse,
+}
+
 /// What a device looks like and which allocation calls fail on purpose.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -40,10 +54,8 @@ pub struct Config {
     /// `hipMemSetAccess` answers `hipErrorInvalidValue` while the device claims virtual memory
     /// support (`HIPSIM_VMM_SETACCESS_FAILS=1`), as reported for RDNA4 and gfx1151 parts.
     pub vmm_set_access_fails: bool,
-    /// Memory of a released handle goes back to the device only when the address range it was
-    /// last mapped in is freed (`HIPSIM_VMM_DEFERRED_RELEASE=1`), as Linux's amdgpu driver was
-    /// reported to do with ROCm's virtual memory.
-    pub vmm_deferred_release: bool,
+    /// When memory of a released handle goes back to the device (`HIPSIM_VMM_DEFERRED_RELEASE`).
+    pub vmm_deferred_release: DeferredRelease,
 }
 
 impl Default for Config {
@@ -60,7 +72,7 @@ impl Default for Config {
             fail_above: None,
             vmm: true,
             vmm_set_access_fails: false,
-            vmm_deferred_release: false,
+            vmm_deferred_release: DeferredRelease::Never,
         }
     }
 }
@@ -129,8 +141,17 @@ impl Config {
             &get,
             warn,
             "HIPSIM_VMM_DEFERRED_RELEASE",
-            "0 or 1",
-            parse_bool,
+            "0, 1 or in-use",
+            |v| match v.trim() {
+                "in-use" => Some(DeferredRelease::WhileRangeInUse),
+                v => parse_bool(v).map(|on| {
+                    if on {
+                        DeferredRelease::UntilRangeFreed
+                    } else {
+                        DeferredRelease::Never
+                    }
+                }),
+            },
         );
 
         let vram = vram.unwrap_or(d.vram);
@@ -269,6 +290,10 @@ mod tests {
         assert_eq!(c.fail_above, Some(1 << 30));
         assert!(!c.vmm);
         assert!(c.vmm_set_access_fails);
+        assert_eq!(c.vmm_deferred_release, DeferredRelease::UntilRangeFreed);
+        let (c, w) = parse(&[("HIPSIM_VMM_DEFERRED_RELEASE", "in-use")]);
+        assert!(w.is_empty(), "{:?}", w);
+        assert_eq!(c.vmm_deferred_release, DeferredRelease::WhileRangeInUse);
     }
 
     #[test]

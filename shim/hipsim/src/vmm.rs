@@ -19,7 +19,7 @@ use std::ffi::c_void;
 use std::os::raw::c_int;
 use std::{ptr, slice};
 
-use crate::config::{self, Config};
+use crate::config::{self, Config, DeferredRelease};
 use crate::error::*;
 use crate::memory::{Access, Memory};
 use crate::state::{self, Counters, Sim};
@@ -331,9 +331,17 @@ impl Vmm {
     /// Frees a handle's memory and returns its bytes to its device.
     fn drop_handle(&mut self, mem: &mut Memory, counters: &mut Counters, handle: usize) {
         if let Some(h) = self.handles.remove(&handle) {
+            let deferred = match crate::config::get().vmm_deferred_release {
+                DeferredRelease::Never => false,
+                DeferredRelease::UntilRangeFreed => true,
+                DeferredRelease::WhileRangeInUse => h.reservation.map_or(false, |r| {
+                    let size = self.reservations.get(&r).map_or(0, |res| res.size);
+                    self.mapped_within(r, r + size)
+                }),
+            };
             let held = h
                 .reservation
-                .filter(|_| crate::config::get().vmm_deferred_release)
+                .filter(|_| deferred)
                 .and_then(|r| self.reservations.get_mut(&r));
             match held {
                 _ if h.imported => {}

@@ -637,15 +637,29 @@ impl Active {
         }
     }
 
-    /// Our cached memory of the current device goes back to the runtime.
+    /// Our cached memory of the current device goes back to the runtime. With virtual
+    /// segments, checks that the device's free memory rose with it: a runtime that keeps
+    /// released handles' memory until their whole address range is freed (reported on Linux;
+    /// the first-use check catches the plain case) would make our trims give nothing back,
+    /// which is said once.
     pub fn trim_current(&self, keep: u64) -> u64 {
         let device = self.current_device().unwrap_or(0);
-        let released = match self.pools.get(device as usize).and_then(|c| c.get()) {
-            Some(p) => p.trim_to(keep),
-            None => 0,
+        let pool = match self.pools.get(device as usize).and_then(|c| c.get()) {
+            Some(p) => p,
+            None => return 0,
         };
+        let watch = pool.source().virtual_memory().is_some();
+        let before = if watch {
+            pool.source().free_now()
+        } else {
+            None
+        };
+        let released = pool.trim_to(keep);
         if released > 0 {
             crate::trace::event(Action::Trim, device, 0, released);
+            if let (Some(before), Some(after)) = (before, pool.source().free_now()) {
+                source::check_trim_returned(device, released, before, after);
+            }
         }
         released
     }

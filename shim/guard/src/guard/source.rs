@@ -225,3 +225,35 @@ impl Active {
 
 /// Whether a virtual memory failure was logged.
 static VMM_WARNED: AtomicBool = AtomicBool::new(false);
+/// Whether a trim that gave nothing back was logged.
+static TRIM_WARNED: AtomicBool = AtomicBool::new(false);
+
+impl Source {
+    /// The device's free memory now (the runtime's `MemGetInfo`, through the unified-memory
+    /// view), or `None` if the runtime cannot say.
+    pub fn free_now(&self) -> Option<u64> {
+        self.mem_info().ok().map(|(free, _)| free)
+    }
+}
+
+/// After a trim released `released` bytes of virtual segments on `device`, whose free memory
+/// went from `before` to `after`: says once when less than half of it came back. The first-use
+/// check (`Vmm::probe`) catches a runtime that keeps released memory until the range is freed;
+/// this catches one that does so only for ranges still in use, as the pool's are. Another
+/// thread allocating meanwhile could make it speak wrongly; it only speaks, once.
+pub(super) fn check_trim_returned(device: i32, released: u64, before: u64, after: u64) {
+    let back = after.saturating_sub(before);
+    if back >= released / 2 {
+        return;
+    }
+    if !TRIM_WARNED.swap(true, Ordering::Relaxed) {
+        log::warn(format_args!(
+            "dev{}: a trim gave {} of virtual memory back but the device's free memory rose by {}: \
+             the runtime seems to hold released memory until its address range is freed; \
+             ROCMGUARD_VMM=0 (plain segments) gives memory back",
+            device,
+            rocmguard_core::format_size(released),
+            rocmguard_core::format_size(back)
+        ));
+    }
+}
