@@ -134,7 +134,7 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
 unsafe extern "C" fn deep_dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     // SAFETY: System V x86_64 ABI. rdi = handle, rsi = symbol; rsp is 8 past a 16-byte
     // boundary at entry. Jumps go to functions of dlsym's signature with the caller's
-    // arguments and stack untouched; the two calls save rdi and rsi and keep the stack
+    // arguments and stack untouched; the one call saves rdi and rsi and keeps the stack
     // 16-byte aligned; the early `ret` returns our hook's address in rax.
     core::arch::naked_asm!(
         "test rdi, rdi",
@@ -155,24 +155,13 @@ unsafe extern "C" fn deep_dlsym(handle: *mut c_void, symbol: *const c_char) -> *
         "test rax, rax",
         "jz 3f",
         "ret",
-        // glibc's dlsym, called as if by the library itself.
+        // glibc's dlsym, called as if by the library itself: our export passes the
+        // pseudo-handles on to it with the return address intact.
         "3:",
-        "push rdi",
-        "push rsi",
-        "sub rsp, 8",
-        "call {real_dlsym}",
-        "add rsp, 8",
-        "pop rsi",
-        "pop rdi",
-        "test rax, rax",
-        "jz 4f",
-        "jmp rax",
-        "4:",
-        "xor eax, eax",
-        "ret",
+        "jmp {exported_dlsym}",
         hooked_dlsym = sym crate::dl::lookup,
         hook_by_name = sym hook_by_name,
-        real_dlsym = sym crate::dl::real_dlsym_address,
+        exported_dlsym = sym crate::dl::dlsym,
     )
 }
 
