@@ -574,12 +574,13 @@ def check_cost_bound(ctx):
         ctx.row(2, "shim's CPU work per step, caching on (bound)", "FAIL", f"no bound (exit {rc}): {tail(err or out)}")
         return
     for b in json.loads(line[len("BOUND-RESULT "):]):
+        mode = b.get("mode", "cache on")
         ctx.row(
-            2,
-            f"{b['workload']}, caching on: shim's CPU work per step (bound)",
+            2 if mode == "cache on" else 3,
+            f"{b['workload']}, caching {'on' if mode == 'cache on' else 'off'}: shim's CPU work per step (bound)",
             b["status"],
             f"{b['added_us_per_step']:.2f} us per step = {b['share'] * 100:.5f}% of the native step "
-            f"(target < 1%; hooked calls per step x ns per call through the shim)",
+            f"(target < {b.get('target', 0.01):.0%}; hooked calls per step x ns per call through the shim)",
             added_us_per_step=b["added_us_per_step"],
             share=b["share"],
         )
