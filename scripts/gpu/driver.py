@@ -957,7 +957,7 @@ def check_transparency(ctx, gpus):
         ctx.row(7, name, "SKIP", f"one GPU (nvidia-smi -L lists {gpus})")
         return
     exe = ctx.logs / "peer_kernel"
-    rc, _, err = run_script(["nvcc", "-O2", "-o", str(exe), str(HERE / "peer_kernel.cu")])
+    rc, _, err = run_script(["nvcc", "-O2", "-cudart", "shared", "-o", str(exe), str(HERE / "peer_kernel.cu")])
     if rc != 0:
         ctx.row(7, name, "FAIL", f"nvcc: {tail(err)}")
         return

@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -243,19 +244,34 @@ def hook_costs(lib):
     """ns per call of each hooked call through the shim, and native, from hook_cost.cu ({} and {}
     without nvcc). The bound charges the whole call through the shim, not the difference: a few
     ns apart, the difference is within the runs' noise and could hide a real cost."""
+    # -cudart shared: nvcc links the runtime statically by default, and a static runtime's
+    # calls never reach a preloaded library.
     exe = Path(tempfile.mkdtemp()) / "hook_cost"
-    built = subprocess.run(["nvcc", "-O2", "-o", str(exe), str(HERE / "hook_cost.cu")], capture_output=True, text=True)
+    built = subprocess.run(["nvcc", "-O2", "-cudart", "shared", "-o", str(exe), str(HERE / "hook_cost.cu")], capture_output=True, text=True)
     if built.returncode != 0:
         print(f"hook_cost.cu not built (nvcc: {built.stderr.strip()[-300:]}); no bound", flush=True)
         return {}, {}
+    nvcc = shutil.which("nvcc")
+    cuda_libs = [str(Path(nvcc).resolve().parent.parent / d) for d in ("lib64", "targets/x86_64-linux/lib")]
     runs = {"native": [], "shim": []}
     for _ in range(5):
         for variant in runs:
             env = env_for(variant, lib, None, None)
-            out = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=120).stdout
+            env["LD_LIBRARY_PATH"] = ":".join(cuda_libs + [env.get("LD_LIBRARY_PATH", "")])
+            proc = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=120)
+            if proc.returncode != 0:
+                print(f"hook_cost ({variant}) failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}; no bound", flush=True)
+                return {}, {}
+            out = proc.stdout
             runs[variant].append({k: float(v) for k, v in (l.split() for l in out.splitlines() if l.strip())})
     med = {v: {k: statistics.median(r[k] for r in runs[v]) for k in runs[v][0]} for v in runs if runs[v] and runs[v][0]}
     if len(med) < 2:
+        return {}, {}
+    # Under the shim the pool serves cudaMalloc without the driver: if the two are alike, the
+    # calls did not reach the shim and the figures would not be its cost.
+    if med["shim"].get("cudaMalloc", 0) > 0.5 * med["native"].get("cudaMalloc", 0):
+        print(f"hook_cost: cudaMalloc {med['shim'].get('cudaMalloc')} ns under the shim vs "
+              f"{med['native'].get('cudaMalloc')} native: the shim did not serve it; no bound", flush=True)
         return {}, {}
     return med["shim"], med["native"]
 
