@@ -5,7 +5,10 @@
 //! segments (`vmm=0`, what a device without virtual memory gets); each with freed blocks reused
 //! at once (`ordered_reuse`, a program with all its work on one stream, as these runs had) and
 //! after a synchronize (`ordered_reuse=0`, what a program with streams of its own gets).
-//! Reads the traces with the replay's own reader, so both see the same rows.
+//! Reads the traces with the replay's own reader, so both see the same rows. PyTorch's calls are
+//! the trace's own segment rows (one `cudaMalloc` or `cudaFree` each); the pool's are device
+//! memory pieces created and given back (one each, though a real device is asked for create,
+//! map and access to make one, unmap and release to give it back), or plain segments.
 
 use rocmguard_cli::replay::load;
 use rocmguard_cli::replay::policy::{self, Policy};
@@ -33,24 +36,29 @@ fn main() {
         ("0", "synced", "rocmguard:vmm=0,ordered_reuse=0"),
     ]
     .map(|(vmm, reuse, spec)| (vmm, reuse, Policy::parse(spec).expect("the policy parses")));
-    for (name, torch_calls) in [
-        ("gpt2_train", 1.7),
-        ("resnet_train", 1.3),
-        ("model_swap_video", 0.6),
-        ("moe", 3.9),
-        ("decode", 0.03),
-        ("unet", 0.56),
-        ("lora", 0.4),
+    let recorded = Policy::parse("recorded").expect("the policy parses");
+    for name in [
+        "gpt2_train",
+        "resnet_train",
+        "model_swap_video",
+        "moe",
+        "decode",
+        "unet",
+        "lora",
     ] {
         let path = dir.join(format!("{}.csv.gz", name));
         let traces = load::load_path(&path).unwrap_or_else(|e| panic!("{}", e));
         let trace = &traces[0];
+        // PyTorch's own driver calls: the trace's segment rows (cudaMalloc, cudaFree).
+        let torch = policy::replay(trace, &recorded, u64::MAX, false, None);
+        let torch_calls =
+            (torch.source_allocs + torch.source_frees) as f64 * 100.0 / trace.allocs as f64;
         for (vmm, reuse, pool) in &policies {
             let s = policy::replay(trace, pool, 80 << 30, false, None);
             assert_eq!(s.ooms, 0, "{} fits in 80 GiB", name);
             let requests = trace.allocs as f64;
             println!(
-                "{:<18} {:<6} {:<8} {:>14} {:>14} {:>8.3} {:>14.2} {:>14.1} {:>10.2}",
+                "{:<18} {:<6} {:<8} {:>14} {:>14} {:>8.3} {:>14.2} {:>14.2} {:>10.2}",
                 name,
                 vmm,
                 reuse,

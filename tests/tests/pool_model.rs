@@ -357,6 +357,75 @@ fn small_and_medium_requests_in_turn_do_not_churn_segments() {
 }
 
 #[test]
+fn medium_requests_share_a_piece_mapped_ahead_and_trims_give_it_back() {
+    // Virtual segments: the first 2.5 MiB request maps a 10 MiB piece (PyTorch's cache gives
+    // medium requests 20 MiB segments), so the next three land in it with no device call.
+    let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+    pool.source().set_in_order(true);
+    let blocks: Vec<u64> = (0..4).map(|_| pool.alloc(5 << 19).unwrap()).collect();
+    pool.check_invariants().unwrap();
+    let s = pool.stats();
+    assert_eq!(s.source_allocs, 1, "one piece for four medium requests");
+    assert_eq!(s.reserved, 10 << 20);
+    for b in blocks {
+        pool.free(b);
+    }
+    // Memory mapped ahead is an ordinary piece: a trim gives it back to the device.
+    pool.trim_to(0);
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.stats().reserved, 0);
+    assert_eq!(pool.source().used(), 0, "unmapped on the device");
+}
+
+#[test]
+fn memory_mapped_ahead_stays_under_the_trim_threshold_and_the_cap() {
+    // Cap 12 MiB, trim at 80%: a 3 MiB request needs 4 MiB of pages; ahead of it only what
+    // keeps reserved at or under 9.6 MiB, whole pages: 8 MiB in all.
+    let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+    pool.set_cap(12 << 20);
+    let a = pool.alloc(3 << 20).unwrap();
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.stats().reserved, 8 << 20);
+    let b = pool.alloc(3 << 20).unwrap();
+    assert_eq!(
+        pool.stats().source_allocs,
+        1,
+        "the second lands in the first's piece"
+    );
+    // A device that refuses the piece mapped ahead still serves the request (a retry).
+    let tight = Pool::new(CountingSource::new(4 << 20), options(None));
+    assert!(tight.alloc(3 << 20).is_ok());
+    assert_eq!(tight.stats().reserved, 4 << 20);
+    assert_eq!(tight.stats().retries, 1);
+    tight.check_invariants().unwrap();
+    pool.free(a);
+    pool.free(b);
+}
+
+#[test]
+fn a_growing_pool_maps_fewer_pieces_than_requests() {
+    // 2000 requests of 256 KiB, all live: 500 MiB. With each 2 MiB page its own piece that is
+    // 250 pieces; pieces of at least 1/64 of what the pool holds make 133.
+    let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+    let mut blocks = Vec::new();
+    for _ in 0..2000 {
+        blocks.push(pool.alloc(256 << 10).unwrap());
+    }
+    pool.check_invariants().unwrap();
+    let s = pool.stats();
+    assert!(s.source_allocs <= 140, "{} pieces", s.source_allocs);
+    assert!(
+        s.peak_reserved as f64 <= s.peak_live as f64 * 1.05,
+        "{} reserved for {} live",
+        s.peak_reserved,
+        s.peak_live
+    );
+    for b in blocks {
+        pool.free(b);
+    }
+}
+
+#[test]
 fn cap_refuses_without_calling_the_device() {
     let mut o = options(None);
     o.cap = 64 << 20;

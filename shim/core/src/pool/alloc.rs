@@ -151,7 +151,7 @@ impl<S: DeviceSource> Pool<S> {
                 match self.grow(st, rounded) {
                     Ok(block) => {
                         let at = st.blocks[block as usize].addr;
-                        match self.back(st, block, at, rounded) {
+                        match self.back(st, block, at, rounded, true) {
                             Ok(_) => return Step::Served(self.take(st, block, rounded, size)),
                             Err(e) => e,
                         }
@@ -174,7 +174,7 @@ impl<S: DeviceSource> Pool<S> {
         size: u64,
     ) -> Result<u64, AllocError> {
         let at = st.best_window(block, rounded);
-        let called = self.back(st, block, at, rounded)?;
+        let called = self.back(st, block, at, rounded, true)?;
         let addr = st.blocks[block as usize].addr;
         let block = if at == addr {
             block
@@ -195,7 +195,7 @@ impl<S: DeviceSource> Pool<S> {
         let oversize = self.options.oversize();
         let block = st.find(Kind::Large, rounded, oversize, Fit::Any, Backing::Any)?;
         let at = st.blocks[block as usize].addr;
-        let called = self.back(st, block, at, rounded).ok()?;
+        let called = self.back(st, block, at, rounded, true).ok()?;
         st.stats.pool_hits += u64::from(!called);
         Some(self.take(st, block, rounded, size))
     }
@@ -310,7 +310,7 @@ impl<S: DeviceSource> Pool<S> {
                 Some(block) => {
                     // Mapped now, handed out later: the mappings stay cached until needed.
                     let at = st.blocks[block as usize].addr;
-                    match self.back(st, block, at, warmup) {
+                    match self.back(st, block, at, warmup, false) {
                         Err(e) if st.mappings.is_empty() && !is_retryable(e) => {
                             self.give_up_virtual_memory(st);
                         }

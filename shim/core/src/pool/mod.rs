@@ -59,6 +59,9 @@ pub const MEDIUM_SEGMENT: u64 = 20 << 20;
 /// Virtual segments map device memory in runs of at most this size, so that a block left in a
 /// run pins at most this much (smaller runs cost more device calls).
 pub const MAPPING_CHUNK: u64 = 128 << 20;
+/// A piece mapped for a request reaches past it, into free address space, until it holds at
+/// least this fraction (1 / n) of what the pool has mapped: see `virtual_segment::piece_target`.
+pub const PIECE_SHARE: u64 = 64;
 /// Virtual segments reserve this much address space (or the cap, if smaller): a few cost nothing.
 pub const VIRTUAL_SEGMENT: u64 = 256 << 30;
 /// Warm-up reserves in segments of this size.

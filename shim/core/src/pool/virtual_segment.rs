@@ -5,8 +5,27 @@
 use super::block::Block;
 use super::pages::{Mapping, Pages};
 use super::state::{Kind, Segment, State};
-use super::{round_up, AllocError, Pool, MAPPING_CHUNK, MEDIUM_REQUEST, SEGMENT, VIRTUAL_SEGMENT};
+use super::{
+    round_up, AllocError, Pool, MAPPING_CHUNK, MEDIUM_REQUEST, PIECE_SHARE, SEGMENT, SMALL_REQUEST,
+    VIRTUAL_SEGMENT,
+};
 use crate::source::DeviceSource;
+
+/// How much one piece mapped for a `rounded`-byte request should hold (at most
+/// [`MAPPING_CHUNK`]): a [`PIECE_SHARE`] of what the pool holds mapped, so a pool growing to a
+/// peak maps it in a number of pieces that grows with the logarithm of the peak, not the peak,
+/// while the unused end of the last piece costs at most that share of it; and for a medium
+/// request at least [`MEDIUM_REQUEST`], so the next few medium requests land in the same piece
+/// (PyTorch's cache gives them 20 MiB segments).
+pub(super) fn piece_target(reserved: u64, rounded: u64) -> u64 {
+    let share = round_up(reserved / PIECE_SHARE, SEGMENT);
+    let medium = if rounded > SMALL_REQUEST && rounded <= MEDIUM_REQUEST {
+        MEDIUM_REQUEST
+    } else {
+        0
+    };
+    share.max(medium).min(MAPPING_CHUNK)
+}
 
 impl State {
     /// The pages of segment `seg` if it is virtual.
@@ -114,16 +133,19 @@ impl State {
 
 impl<S: DeviceSource> Pool<S> {
     /// Makes sure device memory backs `[at, at + rounded)` of free block `block` (a no-op
-    /// outside virtual segments). Returns whether it called the device. Changes no block.
+    /// outside virtual segments). With `ahead`, the piece mapped for it may reach past it into
+    /// the block's free address space ([`Pool::room_ahead`]). Returns whether it called the
+    /// device. Changes no block.
     pub(super) fn back(
         &self,
         st: &mut State,
         block: u32,
         at: u64,
         rounded: u64,
+        ahead: bool,
     ) -> Result<bool, AllocError> {
         let seg = st.blocks[block as usize].seg;
-        let runs = match st.pages(seg) {
+        let mut runs = match st.pages(seg) {
             Some(pages) if !pages.is_mapped(at, rounded) => pages.unmapped(at, rounded),
             _ => return Ok(false),
         };
@@ -131,17 +153,80 @@ impl<S: DeviceSource> Pool<S> {
         // removes no block of a virtual segment.
         let need = runs.iter().map(|r| r.1).sum();
         self.make_room(st, need, Some((at, rounded)))?;
-        for (addr, size) in runs {
-            let tokens = self
-                .source
-                .map(addr, size, MAPPING_CHUNK)
-                .map_err(AllocError::Source)?;
+        let extra = if ahead {
+            self.room_ahead(st, block, (at, rounded), need, &runs)
+        } else {
+            0
+        };
+        let last = runs.len() - 1;
+        for (i, (addr, size)) in runs.iter_mut().enumerate() {
+            let ask = if i == last { *size + extra } else { *size };
+            let tokens = match self.source.map(*addr, ask, MAPPING_CHUNK) {
+                Ok(tokens) if i == last => {
+                    *size += extra;
+                    tokens
+                }
+                Ok(tokens) => tokens,
+                // Memory mapped ahead is a bet; the device's refusal of it is not the request's
+                // (a retry, as a plain segment's preferred size refused).
+                Err(e) if i == last && extra > 0 && e.out_of_memory => {
+                    st.stats.retries += 1;
+                    self.source
+                        .map(*addr, *size, MAPPING_CHUNK)
+                        .map_err(AllocError::Source)?
+                }
+                Err(e) => return Err(AllocError::Source(e)),
+            };
+            let (addr, size) = (*addr, *size);
             for (i, token) in tokens.into_iter().enumerate() {
                 let at = addr + i as u64 * MAPPING_CHUNK;
                 st.add_mapping(seg, (at, MAPPING_CHUNK.min(addr + size - at)), token);
             }
         }
         Ok(true)
+    }
+
+    /// How many bytes to map ahead, past the end of `runs` (the unmapped runs under the window
+    /// `(at, rounded)` of a request, `need` bytes in all), in free block `block`: what brings
+    /// the piece up to
+    /// [`piece_target`], where those pages are unmapped and free, within the trim threshold
+    /// and the cap (nothing is trimmed for it) and the headroom.
+    fn room_ahead(
+        &self,
+        st: &State,
+        block: u32,
+        (at, rounded): (u64, u64),
+        need: u64,
+        runs: &[(u64, u64)],
+    ) -> u64 {
+        let end = at + rounded;
+        let target = piece_target(st.stats.reserved, rounded);
+        let (run_at, run_size) = runs[runs.len() - 1];
+        let run_end = run_at + run_size;
+        let b = &st.blocks[block as usize];
+        let block_end = (b.addr + b.size) & !(SEGMENT - 1);
+        // Only a run that ends the request can grow on past it.
+        if need >= target || run_end != round_up(end, SEGMENT) || run_end >= block_end {
+            return 0;
+        }
+        let pages = match st.pages(b.seg) {
+            Some(pages) => pages,
+            None => return 0,
+        };
+        let want = (target - need).min(block_end - run_end);
+        let free = match pages.unmapped(run_end, want).first() {
+            Some(&(addr, size)) if addr == run_end => size,
+            _ => return 0,
+        };
+        let cap = st.stats.cap;
+        let threshold = (self.options.trim_threshold * cap as f64) as u64;
+        let used = st.stats.reserved + st.stats.external + need;
+        let mut extra = free.min(threshold.min(cap).saturating_sub(used));
+        if self.options.headroom > 0 {
+            let device_free = self.source.mem_info().map_or(0, |(f, _)| f);
+            extra = extra.min(device_free.saturating_sub(need + self.options.headroom));
+        }
+        extra & !(SEGMENT - 1)
     }
 
     /// A new virtual segment big enough for the whole cap (up to [`VIRTUAL_SEGMENT`]) and for
