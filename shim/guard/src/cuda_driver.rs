@@ -11,7 +11,7 @@ use crate::guard::SUCCESS;
 use crate::hooks::hooks;
 
 /// The driver library (`libcuda.so.1`).
-const LIBS: &[&str] = &["libcuda.so"];
+pub const LIBS: &[&str] = &["libcuda.so"];
 /// `CUDA_ERROR_NOT_FOUND`: the driver function could not be found.
 const NOT_FOUND: i32 = 500;
 /// `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR` and `CU_POINTER_ATTRIBUTE_RANGE_SIZE` (cuda.h).

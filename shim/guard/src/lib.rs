@@ -120,6 +120,19 @@ pub fn hook_for(name: &[u8], real: usize) -> Option<usize> {
     }
 }
 
+/// Whether `file` (a file name) is one of the libraries the hooks stand in front of (the HIP
+/// runtime, BLAS and MIOpen, and on Linux the CUDA runtime and driver): their own calls are
+/// theirs, never rerouted to the hooks.
+pub fn is_runtime_library(file: &str) -> bool {
+    #[cfg(unix)]
+    let libs: &[&[&str]] = &[hip::LIBS, blas::LIBS, cuda::LIBS, cuda_driver::LIBS];
+    #[cfg(not(unix))]
+    let libs: &[&[&str]] = &[hip::LIBS, blas::LIBS];
+    libs.iter()
+        .flat_map(|l| l.iter())
+        .any(|p| file.starts_with(p))
+}
+
 #[cfg(unix)]
 fn cuda_hook_for(name: &[u8], real: usize) -> Option<usize> {
     if name.starts_with(b"cuda") {

@@ -130,7 +130,7 @@ pub(super) unsafe fn visit_object(info: &libc::dl_phdr_info, visit: &mut Visit) 
             .into_owned()
     };
     let file = name.rsplit('/').next().unwrap_or("");
-    if RUNTIME_PREFIXES.iter().any(|p| file.starts_with(p)) {
+    if rocmguard_guard::is_runtime_library(file) || BELOW_HIP.iter().any(|p| file.starts_with(p)) {
         return;
     }
     // SAFETY: dlpi_phdr points at dlpi_phnum program headers.

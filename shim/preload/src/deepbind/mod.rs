@@ -42,20 +42,10 @@ type DlopenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
 /// glibc's `dlopen`; read by the assembly below, so a plain `usize` in memory.
 static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
 
-/// File-name prefixes of the runtime libraries (as in `resolve`'s lists: `hip::LIBS`,
-/// `cuda::LIBS`, `cuda_driver`'s and `blas`'s, and below HIP the HSA runtime and the code
-/// object manager), whose own references are never patched.
-const RUNTIME_PREFIXES: &[&str] = &[
-    "libamdhip64",
-    "libhsa-runtime64",
-    "libamd_comgr",
-    "libcudart",
-    "libcuda.so",
-    "librocblas",
-    "libhipblas",
-    "libhipblaslt",
-    "libMIOpen",
-];
+/// File-name prefixes of what lies below HIP (the HSA runtime, the code object manager): never
+/// patched, like the runtime libraries the hooks stand in front of
+/// ([`rocmguard_guard::is_runtime_library`]).
+const BELOW_HIP: &[&str] = &["libhsa-runtime64", "libamd_comgr"];
 
 mod elf;
 mod got;
@@ -178,19 +168,12 @@ extern "C" fn hook_by_name(name: *const c_char) -> usize {
     .unwrap_or(0)
 }
 
-/// Finds glibc's `dlopen` (`GLIBC_2.34` in libc, else `GLIBC_2.2.5` in libdl); 0 if neither.
+/// Finds glibc's `dlopen`; 0 if there is none.
 extern "C" fn resolve_real_dlopen() -> usize {
     let mut f = REAL_DLOPEN.load(Ordering::Acquire);
-    if f != 0 {
-        return f;
-    }
-    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-        // SAFETY: dlvsym (not hooked) with NUL-terminated names; RTLD_NEXT skips this library.
-        f = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlopen".as_ptr(), version.as_ptr()) } as usize;
-        if f != 0 {
-            REAL_DLOPEN.store(f, Ordering::Release);
-            break;
-        }
+    if f == 0 {
+        f = rocmguard_guard::platform::glibc_function(c"dlopen");
+        REAL_DLOPEN.store(f, Ordering::Release);
     }
     f
 }

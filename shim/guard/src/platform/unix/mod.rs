@@ -7,7 +7,7 @@ pub mod ipc;
 pub mod process;
 mod symbols;
 
-pub use symbols::{find_symbol, loaded_objects, real_dlsym};
+pub use symbols::{find_symbol, glibc_function, loaded_objects, real_dlsym};
 
 /// No exit table waits for hooks to end here (exit runs on the exiting thread, others alive).
 pub const COUNTS_HOOKS: bool = false;

@@ -10,18 +10,25 @@ type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
 static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 
-/// glibc's own `dlsym`, found with `dlvsym` (which we do not hook).
+/// glibc's own `name` (`dlsym`, `dlopen`), found with `dlvsym` (which we do not hook) at the
+/// versions glibc has given it (2.34 in libc; 2.2.5 x86_64 and 2.17 aarch64 in libdl before);
+/// 0 if none.
+pub fn glibc_function(name: &CStr) -> usize {
+    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+        // SAFETY: dlvsym with valid C strings; RTLD_NEXT skips this library.
+        let f = unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), version.as_ptr()) } as usize;
+        if f != 0 {
+            return f;
+        }
+    }
+    0
+}
+
+/// glibc's own `dlsym`.
 pub fn real_dlsym() -> DlsymFn {
     let mut f = REAL_DLSYM.load(Ordering::Acquire);
     if f == 0 {
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
-            // SAFETY: dlvsym with valid C strings; RTLD_NEXT skips this library.
-            f = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) }
-                as usize;
-            if f != 0 {
-                break;
-            }
-        }
+        f = glibc_function(c"dlsym");
         assert!(f != 0, "glibc's dlsym not found");
         REAL_DLSYM.store(f, Ordering::Release);
     }
