@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 
 use rocmguard_tests::{compile_c, guarded_command, output, sim_command, text};
@@ -22,16 +22,21 @@ fn program() -> &'static PathBuf {
     BUILT.get_or_init(|| compile_c("guard_ipc", &["guard_ipc.c"], &["-lamdhip64"]))
 }
 
-/// Runs `opener` on the `handle` lines; its output.
-fn open(mut opener: Command, runtime: &Path, handles: &str) -> Output {
-    let mut child = opener
-        .arg("open")
+/// Starts `cmd` in `mode` (`export`, `open`) with `runtime` as its runtime directory, its
+/// standard streams piped.
+fn start(mut cmd: Command, mode: &str, runtime: &Path) -> Child {
+    cmd.arg(mode)
         .env("XDG_RUNTIME_DIR", runtime)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs `opener` on the `handle` lines; its output.
+fn open(opener: Command, runtime: &Path, handles: &str) -> Output {
+    let mut child = start(opener, "open", runtime);
     let mut input = child.stdin.take().unwrap();
     input.write_all(handles.as_bytes()).unwrap();
     drop(input);
@@ -45,15 +50,7 @@ fn share(
     exporter: Command,
     opener: Command,
 ) -> (HashMap<String, i64>, i64, String) {
-    let mut exporter = exporter;
-    let mut exporter = exporter
-        .arg("export")
-        .env("XDG_RUNTIME_DIR", runtime)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut exporter = start(exporter, "export", runtime);
     let mut out = BufReader::new(exporter.stdout.take().unwrap());
     let mut handles = String::new();
     loop {
