@@ -23,7 +23,7 @@ impl Guard {
         height: usize,
         depth: usize,
         alignment: usize,
-        pass: impl FnOnce() -> i32,
+        mut pass: impl FnMut() -> i32,
     ) -> i32 {
         let row = width
             .checked_add(alignment - 1)

@@ -3,7 +3,8 @@
 //! allocations counted against the cap, and the bookkeeping that keeps the runtime's own
 //! semantics: sticky last errors, stream capture, fork. One file per concern beside this one:
 //! `source.rs` (the pool's device calls), `errors.rs` (sticky errors), `reuse.rs` (ordered reuse,
-//! the reclaimer, captures), `cap.rs` (the capped view and refusals).
+//! the reclaimer, captures), `cap.rs` (the capped view and refusals), `pause.rs` (`Malloc`, and
+//! pausing the pool for new allocations).
 
 use std::ffi::c_void;
 use std::os::raw::c_char;
@@ -19,12 +20,14 @@ use crate::vmm::Vmm;
 
 mod cap;
 mod errors;
+mod pause;
 mod reuse;
 mod source;
 
 pub use cap::capped_attribute;
 pub use errors::last_error;
 use errors::{settle_errors, PENDING_BEFORE, SHADOW_ERROR};
+pub use pause::pause;
 use reuse::is_default_stream;
 pub use source::Source;
 
@@ -190,19 +193,6 @@ impl Guard {
 /// The hook bodies both faces share (`pass` is the plain runtime call with the caller's
 /// arguments): each face's hooks are one line over these.
 impl Guard {
-    /// `Malloc`: through the pool of the current device.
-    pub fn malloc(
-        &'static self,
-        ptr: *mut *mut c_void,
-        size: usize,
-        pass: impl FnOnce() -> i32,
-    ) -> i32 {
-        match self.active() {
-            Some(a) if !ptr.is_null() && size > 0 => a.alloc(ptr, size).unwrap_or_else(pass),
-            _ => pass(),
-        }
-    }
-
     /// Allocations the runtime makes itself (managed, stream-ordered, flagged), counted against
     /// the cap.
     pub fn external_malloc(
