@@ -7,31 +7,37 @@ use std::collections::VecDeque;
 use super::block::{Block, BlockState};
 use super::index::FreeIndex;
 use super::pages::{Mappings, Pages};
-use super::{MEDIUM_SEGMENT, SMALL_REQUEST};
+use super::{HUGE_REQUEST, MEDIUM_SEGMENT, SMALL_REQUEST};
 use crate::hash::AddrMap;
 use crate::stats::Stats;
 
 /// A block of `max_split` or more serves a request only if it wastes at most this much.
 const OVERSIZE_SLACK: u64 = 20 << 20;
 
-/// Which of the two pools a segment belongs to, and so which free index holds its free blocks.
+/// Which pool a segment belongs to, and so which free index holds its free blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
     /// 2 MiB segments for requests of at most [`SMALL_REQUEST`], so small blocks never pin a
     /// large segment.
     Small,
-    /// Everything else: plain segments for larger requests and every virtual segment.
+    /// Everything else: plain segments for larger requests, virtual segments for every request
+    /// up to [`HUGE_REQUEST`].
     Large,
+    /// Requests past [`HUGE_REQUEST`] in a virtual segment of their own, each mapped as one
+    /// piece (as PyTorch's cache gives each its own `cudaMalloc`), so smaller blocks never land
+    /// in a huge piece and pin it.
+    Huge,
 }
 
 impl Kind {
-    pub(super) const ALL: [Kind; 2] = [Kind::Small, Kind::Large];
+    pub(super) const ALL: [Kind; 3] = [Kind::Small, Kind::Large, Kind::Huge];
 
     /// Its slot in [`State::index`].
     pub(super) fn slot(self) -> usize {
         match self {
             Kind::Small => 0,
             Kind::Large => 1,
+            Kind::Huge => 2,
         }
     }
 }
@@ -83,7 +89,7 @@ pub(super) struct State {
     pub vacant_segments: Vec<u32>,
     /// Free blocks by size, one index per [`Kind`] (by [`Kind::slot`]): exactly the `Free`
     /// blocks of the segments of that kind.
-    pub index: [FreeIndex; 2],
+    pub index: [FreeIndex; 3],
     /// Exactly the `Live` blocks, by address.
     pub live: AddrMap<u32>,
     /// Exactly the `Quarantined` blocks, in order of their free, each with its sequence number
@@ -116,7 +122,7 @@ impl State {
             vacant_blocks: Vec::new(),
             segments: Vec::new(),
             vacant_segments: Vec::new(),
-            index: [FreeIndex::new(), FreeIndex::new()],
+            index: [FreeIndex::new(), FreeIndex::new(), FreeIndex::new()],
             live: AddrMap::default(),
             quarantine: VecDeque::new(),
             next_free_seq: 0,
@@ -198,10 +204,16 @@ impl State {
         }
     }
 
-    /// Which pool serves `rounded` bytes. Virtual segments serve every size.
+    /// Which pool serves `rounded` bytes. Virtual segments serve every size up to huge.
     pub(super) fn kind_for(&self, rounded: u64) -> Kind {
-        if rounded <= SMALL_REQUEST && !self.virtual_memory {
-            Kind::Small
+        if !self.virtual_memory {
+            if rounded <= SMALL_REQUEST {
+                Kind::Small
+            } else {
+                Kind::Large
+            }
+        } else if rounded > HUGE_REQUEST {
+            Kind::Huge
         } else {
             Kind::Large
         }
@@ -226,7 +238,10 @@ impl State {
             let splits = b.size < oversize || self.pages(b.seg).is_some();
             (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
                 && b.size - rounded <= slack
-                && (backing == Backing::Any || self.backs(b, rounded))
+                && (backing == Backing::Any
+                    || (self.backs(b, rounded)
+                        && (kind != Kind::Huge
+                            || self.idle_pinned(b.addr, rounded) <= rounded / 8)))
         })
     }
 }
