@@ -177,9 +177,11 @@ pub unsafe fn pooled(ptr: *const std::ffi::c_void, start: *mut usize, size: *mut
         return -1;
     }
     #[cfg(unix)]
-    let found = hip::HIP.block_of(ptr).or_else(|| cuda::CUDA.block_of(ptr));
+    let found = hip::HIP
+        .pooled_block(ptr)
+        .or_else(|| cuda::CUDA.pooled_block(ptr));
     #[cfg(not(unix))]
-    let found = hip::HIP.block_of(ptr);
+    let found = hip::HIP.pooled_block(ptr);
     match found {
         Some((s, n)) => {
             if !start.is_null() {

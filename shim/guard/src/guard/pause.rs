@@ -51,3 +51,16 @@ impl Guard {
         }
     }
 }
+
+impl Guard {
+    /// The live pooled block holding `ptr`, `(start, size)`, without starting the guard (a face
+    /// not started holds no block, and starting one looks up its runtime's functions each time
+    /// while that runtime is not loaded).
+    pub fn pooled_block(&self, ptr: *const c_void) -> Option<(u64, u64)> {
+        let a = self.state.get()?.as_ref()?;
+        let found = a
+            .existing_pools()
+            .find_map(|(_, p)| p.block_containing(ptr as u64));
+        found
+    }
+}
