@@ -24,8 +24,14 @@ PyTorch's cache on (target 1%) and off, where the pool serves every tensor (targ
 bounds the pool's own work, not PyTorch's uncached path around it). Verdict PASS when that is under 1%. It covers the hooks' CPU work, not a different GPU
 memory placement; the step-time ratios above cover everything, to their resolution.
 
+With --in-process (inprocess.py), instead: ONE process with the shim, timing pairs of blocks
+with PyTorch's memory in the pool and with the pool paused (rocmguard_pause), which resolves 1%
+where separate processes cannot, and covers what the bound does not: a different GPU memory
+placement. One INPROCESS-RESULT line.
+
 Usage: overhead.py --lib target/release/librocmguard.so [--rounds 6] [--workloads gpt2,decode]
        [--variants native,empty,shim] [--budget 540] [--json PATH]
+       overhead.py --in-process --lib ... [--workloads gpt2,resnet50,decode] [--budget 480]
 The GPU's clocks are left as the machine sets them (the device tool forbids changing them).
 """
 
@@ -148,13 +154,25 @@ def main():
     p.add_argument("--cpus", default="2-9", help="CPUs every process is pinned to (taskset)")
     p.add_argument("--budget", type=float, default=540, help="seconds; no round starts past it")
     p.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "overhead.json"))
+    p.add_argument("--in-process", action="store_true",
+                   help="one process with the shim: pairs of blocks with the pool on and paused (inprocess.py)")
+    p.add_argument("--block-s", type=float, default=0.6, help="--in-process: seconds of timed steps per block")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--counting", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--in-process-child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         return child(args.child.split(","), args.counting)
+    if args.in_process_child:
+        import inprocess
+
+        return inprocess.child(args.in_process_child.split(","), args.budget, args.block_s)
 
     lib = str(Path(args.lib).resolve())
+    if args.in_process:
+        import inprocess
+
+        return inprocess.parent(args, lib, env_for("shim", lib, None, None))
     workloads = args.workloads.split(",")
     variants = args.variants.split(",")
     empty, count = build_helpers(Path(tempfile.mkdtemp()))

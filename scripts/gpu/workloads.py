@@ -2,7 +2,9 @@
 """Step functions of the overhead benchmark (overhead.py): plain PyTorch programs that know
 nothing of any allocator. Each `build_*` returns a function that runs one step and returns
 nothing; the caller times it. Seeds are fixed, so every process runs the same sequence of
-shapes and the runs with and without the shim do the same work.
+shapes and the runs with and without the shim do the same work; `step.reseed(n)` starts the
+sequence of shapes again from seed n (overhead.py --in-process times the same sequence in both
+halves of a pair).
 
 - gpt2, resnet50: the training steps of train.py (cache-friendly, compute-bound).
 - decode: small-batch autoregressive decoding with variable prompt and output lengths and a
@@ -71,6 +73,7 @@ def build_decode(device, seed=0):
             nxt = logits.argmax(-1, keepdim=True)
             logits = model(nxt, cache)
 
+    step.reseed = rng.seed
     return step
 
 
@@ -112,6 +115,7 @@ def build_moe(device, seed=0):
         y.float().pow(2).mean().backward()
         opt.step()
 
+    step.reseed = gen.manual_seed
     return step
 
 
@@ -150,6 +154,7 @@ def build_unet(device, seed=0):
         loss.backward()
         opt.step()
 
+    step.reseed = rng.seed
     return step
 
 
@@ -204,6 +209,7 @@ def build_lora(device, seed=0):
         x.float().pow(2).mean().backward()
         opt.step()
 
+    step.reseed = rng.seed
     return step
 
 
@@ -224,6 +230,7 @@ def build_train(model_name, device):
         loss_of(out).backward()
         optimizer.step()
 
+    step.reseed = lambda seed: None  # one fixed batch: every step is the same
     return step
 
 

@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""overhead.py --in-process: what PyTorch's memory living in rocmguard's pool costs a step, to
+within 1%, measured inside ONE process (separate processes on the shared GPU machines differ by
+10-15%, more than the target).
+
+One process runs with librocmguard.so preloaded and PyTorch's cache on. For each workload, after
+a warm-up, many pairs of blocks in a random order per pair: one block with the pool on, one with
+it paused (`rocmguard_pause(1)`: new cudaMallocs go to the runtime, as without the shim). A block:
+synchronize and empty PyTorch's cache, set the pause, move every persistent tensor (weights,
+buffers, optimizer state, inputs) to fresh memory of that kind, empty the cache again, warm-up
+steps, then k timed steps (the garbage collector off); both blocks of a pair replay the same
+sequence of shapes (`step.reseed`). The figure per pair is median(pool block) / median(paused block); the result is
+the median over pairs with a 95% bootstrap confidence interval: PASS when the whole interval is
+within 1.01, FAIL when wholly past it, UNRESOLVED otherwise (also under 3 pairs).
+
+Every hook is the same in both blocks (only where new allocations go differs), so this measures
+the placement: pooled, virtually mapped pieces against the runtime's own cudaMalloc. The hooks'
+CPU cost per call is overhead.py --counts's bound. Only PyTorch's cache on is measured: with it
+off the paused phase would be a cudaMalloc per tensor, which is not what the cache-off target
+compares against.
+
+Where memory lives is checked, not assumed (rocmguard_pooled): in every block, each of PyTorch's
+segments made during the block must be a pooled block (pool on) or not (paused), every tensor
+must have moved, and at most 5% of PyTorch's reserved bytes may be of the other kind (segments
+held across empty_cache by something no tensor shows); otherwise the row FAILs.
+"""
+
+import ctypes
+import gc
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+import weakref
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TAG = "INPROCESS-RESULT"
+WORKLOAD_TAG = "INPROCESS-WORKLOAD"
+# Workloads whose shapes change every step: their warm-up replays the whole block once, so the
+# timed steps find PyTorch's cache already holding what they need.
+VARYING = {"decode", "moe", "unet", "lora"}
+# Pairs a workload gets even past its share of the budget (never past the whole budget).
+MIN_PAIRS = 5
+# The share of PyTorch's reserved bytes that may stay where it was in a block (segments held by
+# something no tensor shows): more, and the block did not measure the placement it claims.
+STAYED = 0.05
+
+
+def child(workloads, budget_s, block_s):
+    """The measuring process (the shim preloaded): one WORKLOAD_TAG line per workload."""
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    import workloads as w
+    from overhead import STEPS
+
+    started = time.monotonic()
+    shim = ctypes.CDLL(None)
+    if not hasattr(shim, "rocmguard_pause") or not hasattr(shim, "rocmguard_pooled"):
+        print(f"{WORKLOAD_TAG}-ERROR no rocmguard_pause/rocmguard_pooled: the shim is not preloaded", flush=True)
+        return 1
+    shim.rocmguard_pause.argtypes = [ctypes.c_int]
+    shim.rocmguard_pooled.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+    torch.manual_seed(0)
+    device = torch.device("cuda")
+    torch.zeros(1, device=device)
+    if shim.rocmguard_pause(0) != 0:
+        print(f"{WORKLOAD_TAG}-ERROR rocmguard_pause(0) did not answer 0: the guard is not on", flush=True)
+        return 1
+
+    def pooled(addr):
+        start, size = ctypes.c_size_t(), ctypes.c_size_t()
+        found = shim.rocmguard_pooled(ctypes.c_void_p(addr), ctypes.byref(start), ctypes.byref(size)) == 1
+        return found, start.value, size.value
+
+    def segments():
+        return {(s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot() if s.get("device", 0) == device_index}
+
+    device_index = torch.cuda.current_device()
+    rng = random.Random(7)
+    for wi, name in enumerate(workloads):
+        left = budget_s - (time.monotonic() - started)
+        deadline = time.monotonic() + left / (len(workloads) - wi)
+        warmup, _ = STEPS[name]
+        step = w.BUILDERS[name](device)
+        times = []
+        for _ in range(max(3, warmup)):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        k = steps_for(block_s, times[1:])
+        warm = k if name in VARYING else 1
+        persistent = tensors(torch)
+        # What exists now is never garbage: the collector need not walk it again (a full
+        # collection over torch's and transformers' objects is a spike of its own in a step).
+        gc.freeze()
+
+        def block(paused, seed):
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            kept = segments()
+            shim.rocmguard_pause(1 if paused else 0)
+            # What was made since the last look (gradients, mostly): not frozen, so found cheaply.
+            moving = {id(t): ref for ref in persistent + tensors(torch) for t in [ref()] if t is not None}
+            stuck = relocate(torch, list(moving.values()), pooled, want_pooled=not paused)
+            step.reseed(seed)
+            for _ in range(warm):
+                step()
+            torch.cuda.synchronize()
+            now = segments()
+            in_pool = {seg: pooled(seg[0]) for seg in now}
+            in_pool = {seg: ok and start == seg[0] and size >= seg[1] for seg, (ok, start, size) in in_pool.items()}
+            misplaced = [seg for seg in now - kept if in_pool[seg] == paused]
+            pooled_bytes = sum(seg[1] for seg in now if in_pool[seg])
+            step.reseed(seed)
+            ms = []
+            gc.collect()
+            gc.disable()  # no collection inside a timed step; each block's garbage goes after it
+            for _ in range(k):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                step()
+                torch.cuda.synchronize()
+                ms.append((time.perf_counter() - t0) * 1e3)
+            gc.enable()
+            return {
+                "median_ms": statistics.median(ms),
+                "step_ms": ms,
+                "pooled_bytes": pooled_bytes,
+                "reserved_bytes": sum(seg[1] for seg in now),
+                "new_segments": len(now - kept),
+                "misplaced_segments": len(misplaced),
+                "stuck_tensors": stuck,
+            }
+
+        pairs = []
+        burn_in = True
+        seed = 1000 * wi
+        while True:
+            t0 = time.monotonic()
+            order = [False, True]
+            rng.shuffle(order)
+            seed += 1
+            result = {paused: block(paused, seed) for paused in order}
+            pair = {"pool_first": not order[0], "shim": result[False], "paused": result[True]}
+            took = time.monotonic() - t0
+            line = (
+                f"[{time.monotonic() - started:5.0f}s] {name} "
+                + ("burn-in" if burn_in else f"pair {len(pairs):3d}")
+                + f" ({'pool' if pair['pool_first'] else 'paused'} first): pool {pair['shim']['median_ms']:.2f} ms, "
+                f"paused {pair['paused']['median_ms']:.2f} ms, ratio {pair['shim']['median_ms'] / pair['paused']['median_ms']:.4f}; "
+                f"pooled {share(pair['shim']):.1%} / {share(pair['paused']):.1%} of reserved; "
+                f"misplaced {pair['shim']['misplaced_segments'] + pair['paused']['misplaced_segments']}, "
+                f"stuck {pair['shim']['stuck_tensors'] + pair['paused']['stuck_tensors']}"
+            )
+            print(line, flush=True)
+            if burn_in:  # steps per block from steady steps, not the first ones
+                k = steps_for(block_s, [t / 1e3 for b in result.values() for t in b["step_ms"]])
+                warm = k if name in VARYING else 1
+            else:
+                pairs.append(pair)
+            burn_in = False
+            now = time.monotonic()
+            if now + took > started + budget_s or (now + took > deadline and len(pairs) >= MIN_PAIRS):
+                break
+        shim.rocmguard_pause(0)
+        print(WORKLOAD_TAG, json.dumps({"workload": name, "steps_per_block": k, "warmup_steps": warm, "pairs": pairs}), flush=True)
+        del step, persistent
+        gc.unfreeze()
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return 0
+
+
+def steps_for(block_s, times):
+    """Timed steps per block: about block_s seconds of steps of these times, 3 to 25."""
+    return max(3, min(25, round(block_s / max(statistics.median(times), 1e-4))))
+
+
+def share(block):
+    return block["pooled_bytes"] / block["reserved_bytes"] if block["reserved_bytes"] else 0.0
+
+
+def tensors(torch):
+    """Weak references to every live CUDA tensor that owns its memory (weights, buffers,
+    optimizer state, inputs, gradients): what a block moves."""
+    import warnings
+
+    gc.collect()
+    found = []
+    with warnings.catch_warnings():  # asking some of torch's objects warns of deprecations
+        warnings.simplefilter("ignore")
+        objects = gc.get_objects()
+    for obj in objects:
+        try:
+            if isinstance(obj, torch.Tensor) and obj.is_cuda and obj._base is None and obj.grad_fn is None:
+                found.append(weakref.ref(obj))
+        except Exception:  # an object that cannot even be asked: not a tensor of ours
+            continue
+    return found
+
+
+def relocate(torch, refs, pooled, want_pooled):
+    """Moves each tensor whose memory is of the wrong kind (in the pool, or not) into memory of
+    the current kind: through the host, so that its old segments empty and go back (a copy made
+    on the device would land in a free part of an old segment). Tensors that share memory with
+    another are left where they are (moving one alone would part them). Returns how many tensors
+    are still of the wrong kind."""
+
+    def wrong():
+        alive = [t for t in (r() for r in refs) if t is not None and t.numel()]
+        return [t for t in alive if pooled(t.data_ptr())[0] != want_pooled]
+
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    moving = wrong()
+    owners = {}
+    for t in moving:
+        owners.setdefault(t.untyped_storage().data_ptr(), []).append(t)
+    moving = [t for t in moving if len(owners[t.untyped_storage().data_ptr()]) == 1]
+    with torch.no_grad():
+        host = [(t, t.data.to("cpu")) for t in moving]
+        for t, _ in host:
+            t.data = torch.empty(0, dtype=t.dtype, device=t.device)
+        torch.cuda.synchronize()
+        # cuBLAS's workspaces are blocks of PyTorch's cache that no tensor shows: they would keep
+        # their segments, and the free space around them, of the old kind. Made again at the
+        # next matrix product.
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
+        torch.cuda.empty_cache()
+        for t, h in host:
+            t.data = h.to(t.device)
+    del host
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return len(wrong())
+
+
+def summarize(entry):
+    """One workload's row from the child's pairs."""
+    from overhead import bootstrap_ci, verdict
+
+    pairs = entry["pairs"]
+    ratios = [p["shim"]["median_ms"] / p["paused"]["median_ms"] for p in pairs]
+    row = {"workload": entry["workload"], "pairs": len(pairs), "steps_per_block": entry["steps_per_block"], "ratios": ratios}
+    if not ratios:
+        return dict(row, ratio=None, ci=None, status="UNRESOLVED", placement_ok=False, placement="no pairs")
+    ratio = statistics.median(ratios)
+    lo, hi = bootstrap_ci(ratios)
+    blocks = [(p["shim"], False) for p in pairs] + [(p["paused"], True) for p in pairs]
+    misplaced = sum(b["misplaced_segments"] for b, _ in blocks)
+    stuck = sum(b["stuck_tensors"] for b, _ in blocks)
+    new = sum(b["new_segments"] for b, _ in blocks)
+    pool_share = min(share(p["shim"]) for p in pairs)
+    paused_share = max(share(p["paused"]) for p in pairs)
+    placement_ok = misplaced == 0 and stuck == 0 and new > 0 and pool_share >= 1 - STAYED and paused_share <= STAYED
+    placement = (
+        f"pool blocks: at least {pool_share:.1%} of PyTorch's reserved bytes pooled; paused blocks: at most "
+        f"{paused_share:.1%} (what stayed: segments PyTorch kept across empty_cache; at most {STAYED:.0%} "
+        f"allowed); {new} segments made in blocks, {misplaced} in the wrong place; {stuck} tensors not moved"
+    )
+    status = verdict("shim", lo, hi, len(ratios)) if placement_ok else "FAIL"
+    return dict(
+        row,
+        ratio=ratio,
+        ci=[lo, hi],
+        status=status,
+        shim_ms=statistics.median(p["shim"]["median_ms"] for p in pairs),
+        paused_ms=statistics.median(p["paused"]["median_ms"] for p in pairs),
+        pool_share_min=pool_share,
+        paused_share_max=paused_share,
+        misplaced_segments=misplaced,
+        stuck_tensors=stuck,
+        placement_ok=placement_ok,
+        placement=placement,
+    )
+
+
+def parent(args, lib, env):
+    """Runs the child pinned to args.cpus, prints its progress, then the table and TAG line."""
+    workloads = args.workloads.split(",")
+    cmd = ["taskset", "-c", args.cpus, sys.executable, str(HERE / "overhead.py"), "--in-process-child",
+           args.workloads, "--budget", str(args.budget), "--block-s", str(args.block_s)]
+    print(f"in-process A/B, one process with {lib} preloaded, PyTorch's cache on; budget {args.budget:.0f} s", flush=True)
+    entries, errors = {}, []
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + args.budget + 120
+    for line in proc.stdout:
+        if line.startswith(WORKLOAD_TAG + " "):
+            entry = json.loads(line[len(WORKLOAD_TAG) + 1 :])
+            entries[entry["workload"]] = entry
+            continue
+        if line.startswith(WORKLOAD_TAG + "-ERROR"):
+            errors.append(line.strip())
+        if not line.startswith(" INFO rocmguard"):
+            print(line, end="", flush=True)
+        if time.monotonic() > deadline:
+            proc.kill()
+            errors.append("stopped: past the budget")
+            break
+    rc = proc.wait()
+    rows = []
+    print(f"\n{'workload':<10} {'pool ms':>9} {'paused ms':>10} {'ratio':>7} {'95% CI':>17} {'pairs':>5} {'k':>3}  verdict (target: CI within 1.01)")
+    for name in workloads:
+        if name not in entries:
+            row = {"workload": name, "status": "FAIL", "pairs": 0, "placement_ok": False,
+                   "placement": f"no result (exit {rc}{'; ' + '; '.join(errors) if errors else ''})"}
+            rows.append(row)
+            print(f"{name:<10} no result (exit {rc})  FAIL")
+            continue
+        row = summarize(entries[name])
+        rows.append(row)
+        if row["ratio"] is None:
+            print(f"{name:<10} no pairs  {row['status']}")
+            continue
+        lo, hi = row["ci"]
+        print(f"{name:<10} {row['shim_ms']:9.2f} {row['paused_ms']:10.2f} {row['ratio']:7.4f} [{lo:.4f}, {hi:.4f}] "
+              f"{row['pairs']:5d} {row['steps_per_block']:3d}  {row['status']}")
+    print("\nwhere the memory was (rocmguard_pooled on each of PyTorch's segments):")
+    for row in rows:
+        print(f"  {row['workload']}: {row['placement']}" + ("" if row.get("placement_ok") else "  -> FAIL"))
+    print(TAG + " " + json.dumps([{k: v for k, v in r.items() if k != "ratios"} for r in rows]), flush=True)
+    Path(args.json).write_text(json.dumps({"mode": "in-process", "rows": rows, "workloads": entries}, indent=1))
+    return 0 if rows and all(r["status"] == "PASS" for r in rows) else 1
