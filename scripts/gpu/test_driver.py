@@ -266,7 +266,8 @@ class Checks(unittest.TestCase):
     def test_training_all_good(self):
         driver.check_training(self.ctx)
         rows = self.ctx.rows
-        self.assertEqual(len(rows), 2 * 5 + 3)  # per model: 2 rows of check 2, 3 of check 3; 3 bounds
+        # Per model: 2 rows of check 2, 3 of check 3; 3 bounds; 3 in-process step times.
+        self.assertEqual(len(rows), 2 * 5 + 3 + 3)
         self.assertTrue(all(r["status"] == "PASS" for r in rows), [r for r in rows if r["status"] != "PASS"])
         self.assertIn("two native runs equal too", self.rows(2)["GPT-2 small, caching on: losses"]["figures"])
         labels = list(self.ctx.runs)
@@ -303,6 +304,26 @@ class Checks(unittest.TestCase):
         driver.run_script = lambda command, env=None, timeout=300: (1, "", "nvcc: not found")
         driver.check_cost_bound(self.ctx)
         self.assertEqual([r["status"] for r in self.ctx.rows], ["FAIL"])
+
+    def test_in_process_rows_pass_only_within_one_percent(self):
+        """Strict: UNRESOLVED (an interval across 1.01) and an unmoved memory are FAILs, a missing
+        result too; only a whole interval within 1.01 with the memory moved is a PASS."""
+        name = "decode, caching on: step time, pooled / paused in one process (strict)"
+        driver.check_in_process(self.ctx)
+        rows = self.rows(2)
+        self.assertEqual([rows[n]["status"] for n in rows], ["PASS"] * 3, rows)
+        self.assertIn("0.9990, 1.0060] over 20 pairs", rows[name]["figures"])
+        for case in (in_process_rows((0.998, 1.015), "UNRESOLVED"), in_process_rows((1.012, 1.03), "FAIL"),
+                     in_process_rows(placement_ok=False), []):
+            self.ctx.rows.clear()
+            driver.run_script = fake_scripts(wrong=0, in_process=case)
+            driver.check_in_process(self.ctx)
+            self.assertEqual(self.rows(2)[name]["status"], "FAIL", case)
+        self.assertIn("no figure", self.rows(2)[name]["figures"])
+        self.ctx.rows.clear()
+        self.ctx.deadline = self.ctx.started + 50
+        driver.check_in_process(self.ctx)
+        self.assertEqual({r["status"] for r in self.ctx.rows}, {"SKIP"})
 
     def test_a_miss_within_the_native_spread_still_fails(self):
         self.assertEqual(driver.timing_status(100.5, 100.0, 0.01, 0.002), "PASS")
@@ -402,12 +423,27 @@ class Checks(unittest.TestCase):
         self.assertEqual(self.gpu.calls, [])
 
 
-def fake_scripts(wrong, bound_share=0.0001):
+def in_process_rows(decode_ci=(0.9990, 1.0060), decode_status="PASS", placement_ok=True):
+    """overhead.py --in-process's rows: gpt2 and resnet50 within 1%, decode as given."""
+    rows = []
+    for w, ci, status in (("gpt2", (0.997, 1.004), "PASS"), ("resnet50", (0.995, 1.008), "PASS"),
+                          ("decode", decode_ci, decode_status)):
+        rows.append({"workload": w, "ratio": sum(ci) / 2, "ci": list(ci), "status": status, "pairs": 20,
+                     "steps_per_block": 8, "shim_ms": 70.0, "paused_ms": 70.1, "placement_ok": placement_ok,
+                     "placement": "pool blocks: at least 100.0% pooled; 0 in the wrong place"})
+    return rows
+
+
+def fake_scripts(wrong, bound_share=0.0001, in_process=None):
     """Check 7's programs as they print on a GPU: transparency.py's two checks pass, ipc.py
-    reports `wrong` tensors with wrong data, the peer kernel passes; and check 2's cost bound
-    (overhead.py --counts) with `bound_share` of the step for decode."""
+    reports `wrong` tensors with wrong data, the peer kernel passes; check 2's cost bound
+    (overhead.py --counts) with `bound_share` of the step for decode; and check 2's in-process
+    A/B (overhead.py --in-process) printing `in_process` rows (default: all within 1%)."""
 
     def run(command, env=None, timeout=300):
+        if "--in-process" in command:
+            rows = in_process_rows() if in_process is None else in_process
+            return 0, "pair 1 ...\nINPROCESS-RESULT " + json.dumps(rows) + "\n", ""
         if any(c.endswith("overhead.py") for c in command):
             bounds = [
                 {"workload": w, "added_us_per_step": 1.0, "share": share, "status": "PASS" if share < 0.01 else "FAIL"}
