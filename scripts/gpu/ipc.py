@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """torch.multiprocessing sharing of CUDA tensors (cudaIpcGetMemHandle underneath), as a user's
 program does it: a spawned consumer receives tensors of 4 KiB to 64 MiB, many of them slices at
-varied offsets of bigger tensors (up to 192 MiB: past 128 MiB the pool gives each its own piece
-in a region of its own), and compares each with a CPU copy sent beside it.
+varied offsets of bigger tensors (up to 192 MiB: past 128 MiB a block lies on several of the
+pool's pieces), and compares each with a CPU copy sent beside it.
 
 Prints `CHECK ipc intact N refused N failed-to-open N wrong N` and exits 0 when no tensor
 arrived with wrong data (a refusal is a clean error in the producer, a failure to open one in

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use rocmguard_core::pool::{GRANULE, HUGE_REQUEST, MAPPING_CHUNK, SMALL_REQUEST};
+use rocmguard_core::pool::{GRANULE, MAPPING_CHUNK, SMALL_REQUEST};
 use rocmguard_core::{AllocError, Config, CountingSource, DeviceSource, Pool, PoolOptions};
 
 #[derive(Clone, Debug)]
@@ -22,8 +22,8 @@ fn size() -> impl Strategy<Value = u64> {
         3 => 4096u64..(1 << 20),
         2 => (1u64 << 20)..(12 << 20),
         1 => (12u64 << 20)..(96 << 20),
-        // Past HUGE_REQUEST: the region of their own.
-        1 => (HUGE_REQUEST + 1)..(300 << 20),
+        // Past MAPPING_CHUNK: several pieces under one block.
+        1 => (MAPPING_CHUNK + 1)..(300 << 20),
     ]
 }
 
@@ -423,60 +423,6 @@ fn a_growing_pool_maps_fewer_pieces_than_requests() {
         s.peak_live
     );
     for b in blocks {
-        pool.free(b);
-    }
-}
-
-#[test]
-fn a_huge_request_is_one_piece_that_smaller_blocks_never_pin() {
-    // PyTorch's cache gives a 1 GiB tensor one cudaMalloc; the pool one piece (not eight of
-    // MAPPING_CHUNK), in a region where only huge requests land: freed, it serves the next
-    // huge request with no device call, and no small block can keep it mapped.
-    const GIB: u64 = 1 << 30;
-    let mut o = options(None);
-    o.cap = 8 * GIB;
-    let pool = Pool::new(CountingSource::new(8 * GIB), o);
-    pool.source().set_in_order(true);
-    let mut small: Vec<u64> = (0..9).map(|_| pool.alloc(4 << 20).unwrap()).collect();
-    let calls = pool.stats().source_allocs;
-    let huge = pool.alloc(GIB).unwrap();
-    assert_eq!(
-        pool.stats().source_allocs - calls,
-        1,
-        "one piece for the huge request"
-    );
-    pool.free(huge);
-    for b in small.drain(..) {
-        pool.free(b);
-    }
-    // Everything is idle and mapped: the small requests again take mapped memory, never the
-    // huge piece's.
-    small = (0..9).map(|_| pool.alloc(4 << 20).unwrap()).collect();
-    pool.check_invariants().unwrap();
-    for &b in &small {
-        assert!(
-            b + (4 << 20) <= huge || b >= huge + GIB,
-            "a 4 MiB block at {:#x} lies in the freed huge piece at {:#x}",
-            b,
-            huge
-        );
-    }
-    let calls = pool.stats().source_allocs;
-    let again = pool.alloc(GIB).unwrap();
-    assert_eq!(again, huge, "the freed huge piece serves the next huge request");
-    assert_eq!(pool.stats().source_allocs, calls, "with no device call");
-    pool.free(again);
-    // Idle, it goes back whole while the small blocks stay.
-    let before = pool.stats().reserved;
-    pool.trim_to(0);
-    pool.check_invariants().unwrap();
-    assert!(
-        pool.stats().reserved <= before - GIB,
-        "{} reserved after the trim, {} before",
-        pool.stats().reserved,
-        before
-    );
-    for b in small {
         pool.free(b);
     }
 }

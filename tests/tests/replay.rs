@@ -127,6 +127,31 @@ fn captured_traces_of_untuned_workloads_keep_their_figures() {
     }
 }
 
+#[test]
+fn a_real_cache_off_run_recorded_by_the_shim_stays_under_the_target() {
+    // GPT-2 on an H100 with PyTorch's cache off, recorded by ROCMGUARD_TRACE (two threads:
+    // the autograd engine frees from its own). A pool change that made each request over
+    // 128 MiB a piece of its own improved gpt2_train and ran this one at 1.112 (the GPU said
+    // 1.165): the traces of PyTorch's cache alone do not show how the pool is used without it.
+    let file = shared_traces().join("gpt2_nocache.csv.gz");
+    let report = replay_json(&[], &[file.as_path()]);
+    let t = trace(&report, "gpt2_nocache");
+    let pool = policy(t, "rocmguard");
+    assert_eq!(u(&pool["ooms"]), 0);
+    let g = ratio(pool);
+    assert!(
+        (1.0..=TARGET).contains(&g),
+        "gpt2_nocache: rocmguard's peak reserved / peak live {:.4} is above {}",
+        g,
+        TARGET
+    );
+    assert!(
+        (g - 1.0320).abs() < 0.0015,
+        "gpt2_nocache: rocmguard {:.4} vs 1.0320",
+        g
+    );
+}
+
 /// The pool's device calls (`source_allocs + source_frees`) are `calls`, PyTorch's recorded ones
 /// `torch_calls`; where the pool makes no more than PyTorch, that stays so.
 fn assert_calls(name: &str, pool: &Value, calls: u64, recorded: &Value, torch_calls: u64) {
@@ -166,9 +191,9 @@ fn shared_traces_reproduce_the_readme() {
             13_594_206_920u64,
             1.123,
             1.019,
-            1.0243,
+            1.0285,
             3,
-            170,
+            224,
             154,
         ),
         (

@@ -128,20 +128,6 @@ impl<S: DeviceSource> Pool<S> {
             st.stats.pool_hits += 1;
             return Step::Served(self.take(st, block, rounded, size));
         }
-        if kind == Kind::Huge {
-            // Idle memory of smaller pieces, mostly mapped already, serves a huge request
-            // with fewer device calls than a piece of its own and the trims it would cause.
-            if let Some(block) = st.find(Kind::Large, rounded, oversize, fit, Backing::Any) {
-                let at = st.best_window(block, rounded);
-                if self.growth_sets_peak(st, rounded)
-                    && st.unmapped_under(block, at, rounded) < rounded / 2
-                {
-                    if let Ok(addr) = self.take_window(st, block, rounded, size) {
-                        return Step::Served(addr);
-                    }
-                }
-            }
-        }
         let found = st.find(kind, rounded, oversize, fit, Backing::Any);
         let error = match found {
             // Mapping memory costs device calls and memory: blocks in quarantine may do instead.
@@ -257,7 +243,7 @@ impl<S: DeviceSource> Pool<S> {
     /// Adds a segment that can serve `rounded` bytes, within cap, headroom and threshold.
     fn grow(&self, st: &mut State, rounded: u64) -> Result<u32, AllocError> {
         if st.virtual_memory {
-            match self.grow_virtual(st, rounded, st.kind_for(rounded)) {
+            match self.grow_virtual(st, rounded) {
                 Some(block) => return Ok(block),
                 None => self.give_up_virtual_memory(st),
             }
@@ -320,7 +306,7 @@ impl<S: DeviceSource> Pool<S> {
             return;
         }
         if st.virtual_memory {
-            match self.grow_virtual(st, warmup, Kind::Large) {
+            match self.grow_virtual(st, warmup) {
                 Some(block) => {
                     // Mapped now, handed out later: the mappings stay cached until needed.
                     let at = st.blocks[block as usize].addr;

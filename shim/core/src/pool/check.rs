@@ -17,7 +17,7 @@ struct Recount {
     quarantined_blocks: usize,
     plain_reserved: u64,
     /// Free blocks per [`Kind::slot`].
-    free_blocks: [usize; 3],
+    free_blocks: [usize; 2],
     /// Pages naming each mapping, and those of them in use.
     mapping_pages: Vec<(u32, u32)>,
 }
@@ -110,14 +110,9 @@ impl State {
         if seg.size == 0 || seg.size % SEGMENT != 0 || seg.addr % GRANULE != 0 {
             return Err(format!("segment at {:#x} of {} bytes", seg.addr, seg.size));
         }
-        let virtual_fits = match kind {
-            Kind::Small => seg.pages.is_none(),
-            Kind::Large => true,
-            Kind::Huge => seg.pages.is_some(),
-        };
-        if !virtual_fits {
+        if seg.pages.is_some() && kind != Kind::Large {
             return Err(format!(
-                "segment at {:#x} is virtual but small, or huge but plain",
+                "virtual segment at {:#x} is in the small pool",
                 seg.addr
             ));
         }

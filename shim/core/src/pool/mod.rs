@@ -59,9 +59,6 @@ pub const MEDIUM_SEGMENT: u64 = 20 << 20;
 /// Virtual segments map device memory in runs of at most this size, so that a block left in a
 /// run pins at most this much (smaller runs cost more device calls).
 pub const MAPPING_CHUNK: u64 = 128 << 20;
-/// Requests past this size get a region of their own, each mapped as one piece: see
-/// [`state::Kind::Huge`].
-pub const HUGE_REQUEST: u64 = MAPPING_CHUNK;
 /// A piece mapped for a request reaches past it, into free address space, until it holds at
 /// least this fraction (1 / n) of what the pool has mapped: see `virtual_segment::piece_target`.
 pub const PIECE_SHARE: u64 = 64;

@@ -75,18 +75,6 @@ impl Pages {
         at == self.base || self.pages[((at - self.base) / SEGMENT) as usize - 1].mapping == NIL
     }
 
-    /// The mappings under `[addr, addr + size)`, each once, in address order.
-    pub(crate) fn mappings_under(&self, addr: u64, size: u64) -> Vec<u32> {
-        let mut out: Vec<u32> = Vec::new();
-        for p in self.range(addr, size) {
-            let m = self.pages[p].mapping;
-            if m != NIL && out.last() != Some(&m) {
-                out.push(m);
-            }
-        }
-        out
-    }
-
     /// Whether every page under `[addr, addr + size)` is mapped.
     pub(crate) fn is_mapped(&self, addr: u64, size: u64) -> bool {
         self.range(addr, size).all(|p| self.pages[p].mapping != NIL)
@@ -182,13 +170,6 @@ impl Pages {
 pub(crate) struct Mappings {
     runs: Vec<Option<Mapping>>,
     vacant: Vec<u32>,
-}
-
-impl Mapping {
-    /// Whether no block touches it.
-    pub(crate) fn is_idle(&self) -> bool {
-        self.busy == 0
-    }
 }
 
 impl Mappings {

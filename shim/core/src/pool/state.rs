@@ -7,37 +7,31 @@ use std::collections::VecDeque;
 use super::block::{Block, BlockState};
 use super::index::FreeIndex;
 use super::pages::{Mappings, Pages};
-use super::{HUGE_REQUEST, MEDIUM_SEGMENT, SMALL_REQUEST};
+use super::{MEDIUM_SEGMENT, SMALL_REQUEST};
 use crate::hash::AddrMap;
 use crate::stats::Stats;
 
 /// A block of `max_split` or more serves a request only if it wastes at most this much.
 const OVERSIZE_SLACK: u64 = 20 << 20;
 
-/// Which pool a segment belongs to, and so which free index holds its free blocks.
+/// Which of the two pools a segment belongs to, and so which free index holds its free blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
     /// 2 MiB segments for requests of at most [`SMALL_REQUEST`], so small blocks never pin a
     /// large segment.
     Small,
-    /// Everything else: plain segments for larger requests, virtual segments for every request
-    /// up to [`HUGE_REQUEST`].
+    /// Everything else: plain segments for larger requests and every virtual segment.
     Large,
-    /// Requests past [`HUGE_REQUEST`] in a virtual segment of their own, each mapped as one
-    /// piece (as PyTorch's cache gives each its own `cudaMalloc`), so smaller blocks never land
-    /// in a huge piece and pin it.
-    Huge,
 }
 
 impl Kind {
-    pub(super) const ALL: [Kind; 3] = [Kind::Small, Kind::Large, Kind::Huge];
+    pub(super) const ALL: [Kind; 2] = [Kind::Small, Kind::Large];
 
     /// Its slot in [`State::index`].
     pub(super) fn slot(self) -> usize {
         match self {
             Kind::Small => 0,
             Kind::Large => 1,
-            Kind::Huge => 2,
         }
     }
 }
@@ -89,7 +83,7 @@ pub(super) struct State {
     pub vacant_segments: Vec<u32>,
     /// Free blocks by size, one index per [`Kind`] (by [`Kind::slot`]): exactly the `Free`
     /// blocks of the segments of that kind.
-    pub index: [FreeIndex; 3],
+    pub index: [FreeIndex; 2],
     /// Exactly the `Live` blocks, by address.
     pub live: AddrMap<u32>,
     /// Exactly the `Quarantined` blocks, in order of their free, each with its sequence number
@@ -122,7 +116,7 @@ impl State {
             vacant_blocks: Vec::new(),
             segments: Vec::new(),
             vacant_segments: Vec::new(),
-            index: [FreeIndex::new(), FreeIndex::new(), FreeIndex::new()],
+            index: [FreeIndex::new(), FreeIndex::new()],
             live: AddrMap::default(),
             quarantine: VecDeque::new(),
             next_free_seq: 0,
@@ -204,16 +198,10 @@ impl State {
         }
     }
 
-    /// Which pool serves `rounded` bytes. Virtual segments serve every size up to huge.
+    /// Which pool serves `rounded` bytes. Virtual segments serve every size.
     pub(super) fn kind_for(&self, rounded: u64) -> Kind {
-        if !self.virtual_memory {
-            if rounded <= SMALL_REQUEST {
-                Kind::Small
-            } else {
-                Kind::Large
-            }
-        } else if rounded > HUGE_REQUEST {
-            Kind::Huge
+        if rounded <= SMALL_REQUEST && !self.virtual_memory {
+            Kind::Small
         } else {
             Kind::Large
         }
@@ -238,10 +226,7 @@ impl State {
             let splits = b.size < oversize || self.pages(b.seg).is_some();
             (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
                 && b.size - rounded <= slack
-                && (backing == Backing::Any
-                    || (self.backs(b, rounded)
-                        && (kind != Kind::Huge
-                            || self.idle_pinned(b.addr, rounded) <= rounded / 8)))
+                && (backing == Backing::Any || self.backs(b, rounded))
         })
     }
 }

@@ -109,9 +109,6 @@ impl State {
             Some(p) => p,
             None => return addr,
         };
-        if self.segments[seg as usize].as_ref().map(|s| s.kind) == Some(Kind::Huge) {
-            return self.huge_window(i, rounded);
-        }
         // Small requests map a page or two; looking for a better place costs more than that.
         if rounded <= MEDIUM_REQUEST || pages.is_mapped(addr, rounded) {
             return addr;
@@ -128,69 +125,6 @@ impl State {
             let u = unmapped(at);
             if u < best.0 {
                 best = (u, at);
-            }
-        }
-        best.1
-    }
-}
-
-impl State {
-    /// Bytes under `[at, at + rounded)` of free block `block`'s segment with no memory mapped.
-    pub(super) fn unmapped_under(&self, block: u32, at: u64, rounded: u64) -> u64 {
-        self.pages(self.blocks[block as usize].seg)
-            .map_or(0, |p| p.unmapped(at, rounded).iter().map(|r| r.1).sum())
-    }
-
-    /// Bytes of idle pieces under `[at, at + rounded)` that lie outside it: what a block there
-    /// would keep mapped without using (a piece goes back only whole).
-    pub(super) fn idle_pinned(&self, at: u64, rounded: u64) -> u64 {
-        let seg = match self
-            .segments
-            .iter()
-            .flatten()
-            .find(|s| s.addr <= at && at < s.addr + s.size)
-        {
-            Some(s) => s,
-            None => return 0,
-        };
-        let pages = match &seg.pages {
-            Some(p) => p,
-            None => return 0,
-        };
-        pages
-            .mappings_under(at, rounded)
-            .into_iter()
-            .map(|m| self.mappings.get(m))
-            .filter(|m| m.is_idle())
-            .map(|m| {
-                m.size
-                    - (m.addr + m.size)
-                        .min(at + rounded)
-                        .saturating_sub(m.addr.max(at))
-            })
-            .sum()
-    }
-
-    /// In free block `i` of the huge region, where `rounded` bytes cost least: the bytes to
-    /// map plus the idle piece bytes pinned unused, looking at the block's start and each
-    /// piece's start and end in it.
-    fn huge_window(&self, i: u32, rounded: u64) -> u64 {
-        let b = &self.blocks[i as usize];
-        let (addr, end, seg) = (b.addr, b.addr + b.size, b.seg);
-        let pages = self.pages(seg).expect("the huge region is virtual");
-        let cost = |at: u64| -> u64 {
-            pages.unmapped(at, rounded).iter().map(|r| r.1).sum::<u64>()
-                + self.idle_pinned(at, rounded)
-        };
-        let mut best = (cost(addr), addr);
-        for m in self.mappings.iter().filter(|m| m.seg == seg) {
-            for at in [m.addr, m.addr + m.size] {
-                if at > addr && at + rounded <= end {
-                    let c = cost(at);
-                    if c < best.0 {
-                        best = (c, at);
-                    }
-                }
             }
         }
         best.1
@@ -225,15 +159,9 @@ impl<S: DeviceSource> Pool<S> {
             0
         };
         let last = runs.len() - 1;
-        // A huge request's run is one piece: one device call, as PyTorch's one cudaMalloc.
-        let chunk = if st.kind(block) == Kind::Huge {
-            VIRTUAL_SEGMENT
-        } else {
-            MAPPING_CHUNK
-        };
         for (i, (addr, size)) in runs.iter_mut().enumerate() {
             let ask = if i == last { *size + extra } else { *size };
-            let tokens = match self.source.map(*addr, ask, chunk) {
+            let tokens = match self.source.map(*addr, ask, MAPPING_CHUNK) {
                 Ok(tokens) if i == last => {
                     *size += extra;
                     tokens
@@ -244,15 +172,15 @@ impl<S: DeviceSource> Pool<S> {
                 Err(e) if i == last && extra > 0 && e.out_of_memory => {
                     st.stats.retries += 1;
                     self.source
-                        .map(*addr, *size, chunk)
+                        .map(*addr, *size, MAPPING_CHUNK)
                         .map_err(AllocError::Source)?
                 }
                 Err(e) => return Err(AllocError::Source(e)),
             };
             let (addr, size) = (*addr, *size);
             for (i, token) in tokens.into_iter().enumerate() {
-                let at = addr + i as u64 * chunk;
-                st.add_mapping(seg, (at, chunk.min(addr + size - at)), token);
+                let at = addr + i as u64 * MAPPING_CHUNK;
+                st.add_mapping(seg, (at, MAPPING_CHUNK.min(addr + size - at)), token);
             }
         }
         Ok(true)
@@ -303,10 +231,10 @@ impl<S: DeviceSource> Pool<S> {
 
     /// A new virtual segment big enough for the whole cap (up to [`VIRTUAL_SEGMENT`]) and for
     /// `rounded`, if the device reserves one; `None` turns virtual memory off for this pool.
-    pub(super) fn grow_virtual(&self, st: &mut State, rounded: u64, kind: Kind) -> Option<u32> {
+    pub(super) fn grow_virtual(&self, st: &mut State, rounded: u64) -> Option<u32> {
         let size = round_up(rounded.max(st.stats.cap.min(VIRTUAL_SEGMENT)), SEGMENT);
         let addr = self.source.reserve(size).ok()?;
-        Some(st.add_segment(addr, size, kind, Some(Pages::new(addr, size))))
+        Some(st.add_segment(addr, size, Kind::Large, Some(Pages::new(addr, size))))
     }
 
     /// After the device refused to reserve, or to map into virtual segments before ever mapping
