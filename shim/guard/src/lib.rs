@@ -176,13 +176,17 @@ pub unsafe fn pooled(ptr: *const std::ffi::c_void, start: *mut usize, size: *mut
     if active() == 0 {
         return -1;
     }
-    #[cfg(unix)]
-    let found = hip::HIP
-        .pooled_block(ptr)
-        .or_else(|| cuda::CUDA.pooled_block(ptr));
-    #[cfg(not(unix))]
-    let found = hip::HIP.pooled_block(ptr);
-    match found {
+    // It takes the pools' locks: no panic of ours may reach the caller from here either.
+    let lookup = || {
+        #[cfg(unix)]
+        let found = hip::HIP
+            .pooled_block(ptr)
+            .or_else(|| cuda::CUDA.pooled_block(ptr));
+        #[cfg(not(unix))]
+        let found = hip::HIP.pooled_block(ptr);
+        found
+    };
+    match boundary("rocmguard_pooled", lookup, || None) {
         Some((s, n)) => {
             if !start.is_null() {
                 *start = s as usize;
