@@ -22,6 +22,7 @@ macro_rules! cstr {
 }
 pub(crate) use cstr;
 
+pub mod api;
 mod blas;
 #[cfg(unix)]
 mod cuda;
@@ -155,48 +156,6 @@ pub fn active() -> i32 {
     match config() {
         Some(c) if !c.disable && !degraded() => 1,
         _ => 0,
-    }
-}
-
-/// Pauses (`on`) or resumes pooling of new device allocations, for timing a program with its
-/// memory in the pool and in the runtime's own allocations in one process (`guard/pause.rs`
-/// says why that is sound). Returns the previous state (1 or 0), or -1 when the guard is off.
-pub fn pause(on: bool) -> i32 {
-    guard::pause(on)
-}
-
-/// Whether a live pooled block (either face's) holds `ptr`: 1, with its start and size written
-/// where `start` and `size` are not null; 0 for memory the pool did not hand out (the runtime's
-/// own, or freed); -1 when the guard is off. Lets a program check where its memory lives, e.g.
-/// that [`pause`] moved it.
-///
-/// # Safety
-/// `start` and `size` are null or valid for writes.
-pub unsafe fn pooled(ptr: *const std::ffi::c_void, start: *mut usize, size: *mut usize) -> i32 {
-    if active() == 0 {
-        return -1;
-    }
-    // It takes the pools' locks: no panic of ours may reach the caller from here either.
-    let lookup = || {
-        #[cfg(unix)]
-        let found = hip::HIP
-            .pooled_block(ptr)
-            .or_else(|| cuda::CUDA.pooled_block(ptr));
-        #[cfg(not(unix))]
-        let found = hip::HIP.pooled_block(ptr);
-        found
-    };
-    match boundary("rocmguard_pooled", lookup, || None) {
-        Some((s, n)) => {
-            if !start.is_null() {
-                *start = s as usize;
-            }
-            if !size.is_null() {
-                *size = n as usize;
-            }
-            1
-        }
-        None => 0,
     }
 }
 

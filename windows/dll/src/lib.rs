@@ -10,7 +10,6 @@
 //! pass-through, says so once, and the call goes to the runtime.
 
 use std::ffi::c_void;
-use std::os::raw::c_char;
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -105,39 +104,4 @@ fn print_stats_at_exit() {
             Stats::table(&stats)
         ));
     }
-}
-
-/// The library's version, for programs that want to know.
-#[no_mangle]
-pub extern "C" fn rocmguard_version() -> *const c_char {
-    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
-}
-
-/// 1 when the guard is on (configured, not disabled, not degraded), else 0.
-#[no_mangle]
-pub extern "C" fn rocmguard_active() -> i32 {
-    rocmguard_guard::active()
-}
-
-/// Pauses (`on` non-zero) or resumes pooling of new allocations: while paused, `hipMalloc`
-/// goes to the runtime (counted against the cap); memory the pool handed out stays the pool's.
-/// Returns the previous state (1 or 0), or -1 when the guard is off. For timing a program with
-/// and without its memory in the pool in one process.
-#[no_mangle]
-pub extern "C" fn rocmguard_pause(on: i32) -> i32 {
-    rocmguard_guard::pause(on != 0)
-}
-
-/// 1 when a live pooled block holds `ptr` (its start and size written where not null), 0 when
-/// the pool did not hand it out, -1 when the guard is off.
-///
-/// # Safety
-/// `start` and `size` are null or valid for writes.
-#[no_mangle]
-pub unsafe extern "C" fn rocmguard_pooled(
-    ptr: *const c_void,
-    start: *mut usize,
-    size: *mut usize,
-) -> i32 {
-    rocmguard_guard::pooled(ptr, start, size)
 }
