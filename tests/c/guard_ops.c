@@ -1,4 +1,5 @@
 /* One scenario per argument, each printing `key value` lines; see tests/tests/guard.rs. */
+#include <dirent.h>
 #include <pthread.h>
 #include <time.h>
 #include <sys/wait.h>
@@ -284,10 +285,33 @@ static int hold(void) {
     return hipFree(p);
 }
 
+/* Voluntary context switches of the reclaimer thread so far (its wake-ups), -1 without one. */
+static long reclaimer_switches(void) {
+    DIR* tasks = opendir("/proc/self/task");
+    long found = -1;
+    struct dirent* t;
+    while (tasks && (t = readdir(tasks)) != NULL) {
+        char path[300], line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", t->d_name);
+        FILE* f = fopen(path, "r");
+        int ours = f && fgets(line, sizeof line, f) && !strncmp(line, "rocmguard-recla", 15);
+        if (f) fclose(f);
+        if (!ours) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", t->d_name);
+        f = fopen(path, "r");
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "voluntary_ctxt_switches: %ld", &found) == 1) break;
+        if (f) fclose(f);
+    }
+    if (tasks) closedir(tasks);
+    return found;
+}
+
 static int background(void) {
     /* A program with a stream of its own frees a block, then idles: the background reclaimer
      * synchronizes the device on its own (the simulator counts it), so the next allocation
-     * needs no wait. */
+     * needs no wait. While nothing waits it sleeps (its wake-ups over half a second idle), and
+     * the next free still wakes it. */
     hipStream_t s;
     OK(hipStreamCreate(&s));
     void* p = NULL;
@@ -297,6 +321,16 @@ static int background(void) {
     struct timespec pause = {0, 300 * 1000 * 1000};
     nanosleep(&pause, NULL);
     printf("background_syncs %lu\n", (unsigned long)counters().syncs - before);
+    long switches = reclaimer_switches();
+    struct timespec idle = {0, 500 * 1000 * 1000};
+    nanosleep(&idle, NULL);
+    printf("idle_wakeups %ld\n", switches < 0 ? -1 : reclaimer_switches() - switches);
+    OK(hipMalloc(&p, 64 * MiB));
+    before = (unsigned long)counters().syncs;
+    OK(hipFree(p));
+    struct timespec soon = {0, 50 * 1000 * 1000}; /* well inside its 1 s nap: the free woke it */
+    nanosleep(&soon, NULL);
+    printf("background_syncs_after_idle %lu\n", (unsigned long)counters().syncs - before);
     return 0;
 }
 

@@ -530,6 +530,14 @@ fn freed_blocks_are_released_in_the_background() {
     let s = guarded("guard_ops", &["background"], &[]);
     s.succeeded();
     assert!(s.num("background_syncs") >= 1, "{}", text(&s.out));
+    // Asleep while nothing waits: a thread polling every 200 us woke about 2,000 times here.
+    let idle = s.num("idle_wakeups");
+    assert!((0..50).contains(&idle), "{} wake-ups while idle", idle);
+    assert!(
+        s.num("background_syncs_after_idle") >= 1,
+        "a free after the idle time wakes it: {}",
+        text(&s.out)
+    );
     let off = guarded("guard_ops", &["background"], &[("ROCMGUARD_RECLAIM", "0")]);
     off.succeeded();
     assert_eq!(

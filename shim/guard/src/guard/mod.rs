@@ -28,7 +28,7 @@ pub use cap::capped_attribute;
 pub use errors::last_error;
 use errors::{settle_errors, PENDING_BEFORE, SHADOW_ERROR};
 pub use pause::pause;
-use reuse::is_default_stream;
+use reuse::{is_default_stream, Reclaimer};
 pub use source::Source;
 
 pub const SUCCESS: i32 = 0;
@@ -107,7 +107,7 @@ pub struct Active {
     /// Held shared by the reclaimer while it synchronizes and exclusively while a capture
     /// begins, so a background synchronize never overlaps the start of a capture.
     sync_gate: std::sync::RwLock<()>,
-    reclaimer: OnceCell<()>,
+    reclaimer: Reclaimer,
 }
 
 /// What a pass-through allocation handed the program: a pointer (`hipMallocManaged`, ...) or a
@@ -162,7 +162,7 @@ impl Guard {
                         .map(|_| [AtomicU64::new(0), AtomicU64::new(0)])
                         .collect(),
                     sync_gate: std::sync::RwLock::new(()),
-                    reclaimer: OnceCell::new(),
+                    reclaimer: Reclaimer::default(),
                 })
             })
             .as_ref()
@@ -511,6 +511,7 @@ impl Active {
         if let Some(pool) = self.pools.get(only as usize).and_then(|c| c.get()) {
             if let Some(size) = pool.free(addr) {
                 crate::trace::free(only, addr, size);
+                self.reclaimer.wake_if(|| pool.has_quarantine());
                 return true;
             }
         }
@@ -524,6 +525,7 @@ impl Active {
         for (device, pool) in first.into_iter().chain(others) {
             if let Some(size) = pool.free(addr) {
                 crate::trace::free(device, addr, size);
+                self.reclaimer.wake_if(|| pool.has_quarantine());
                 return true;
             }
         }
