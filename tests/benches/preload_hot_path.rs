@@ -3,7 +3,8 @@
 //! into the simulator with HIPSIM_LATENCY_US=0, and with trace recording on (two events a
 //! pair). Prints the median nanoseconds per pair. Also what a program with its own cache pays:
 //! `hipGetLastError` (PyTorch checks it after every kernel launch) through the shim and straight,
-//! the medians of 5 interleaved runs each, and the difference per call.
+//! the medians of 5 interleaved runs each, and the difference per call. And what a program
+//! that waits pays: CPU and thread wake-ups over 2 s asleep after it made a stream.
 //! Needs `cargo build --release` first.
 use rocmguard_tests::{compile_c, guarded_command, output, sim_command, text};
 
@@ -48,5 +49,17 @@ fn main() {
         shim,
         straight,
         shim - straight
+    );
+    let idle = |mut cmd: std::process::Command| -> String {
+        let out = output(cmd.arg("idle"));
+        assert!(out.status.success(), "{}", text(&out));
+        let figures = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let (cpu, wakeups) = figures.split_once(' ').unwrap();
+        format!("{} ms CPU, {} wake-ups", cpu, wakeups)
+    };
+    println!(
+        "2 s asleep after a stream, through librocmguard.so / straight: {} / {}",
+        idle(guarded_command(&exe)),
+        idle(sim_command(&exe))
     );
 }
