@@ -39,14 +39,11 @@ impl Guard {
         size: usize,
         mut pass: impl FnMut() -> i32,
     ) -> i32 {
+        if PAUSED.load(Ordering::Relaxed) {
+            return self.external_malloc(ptr, size, pass);
+        }
         match self.active() {
-            Some(a) if !ptr.is_null() && size > 0 => {
-                if PAUSED.load(Ordering::Relaxed) {
-                    a.external_alloc(ptr, size, pass)
-                } else {
-                    a.alloc(ptr, size).unwrap_or_else(pass)
-                }
-            }
+            Some(a) if !ptr.is_null() && size > 0 => a.alloc(ptr, size).unwrap_or_else(pass),
             _ => pass(),
         }
     }
