@@ -328,9 +328,15 @@ static int background(void) {
     OK(hipMalloc(&p, 64 * MiB));
     before = (unsigned long)counters().syncs;
     OK(hipFree(p));
-    struct timespec soon = {0, 50 * 1000 * 1000}; /* well inside its 1 s nap: the free woke it */
-    nanosleep(&soon, NULL);
+    /* How long until it synchronizes on its own: the free wakes it, well inside its 5 s nap. */
+    int waited_ms = 0;
+    struct timespec tick = {0, 2 * 1000 * 1000};
+    while ((unsigned long)counters().syncs == before && waited_ms < 1000) {
+        nanosleep(&tick, NULL);
+        waited_ms += 2;
+    }
     printf("background_syncs_after_idle %lu\n", (unsigned long)counters().syncs - before);
+    printf("wake_ms %d\n", waited_ms);
     return 0;
 }
 

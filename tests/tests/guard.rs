@@ -534,8 +534,8 @@ fn freed_blocks_are_released_in_the_background() {
     let idle = s.num("idle_wakeups");
     assert!((0..50).contains(&idle), "{} wake-ups while idle", idle);
     assert!(
-        s.num("background_syncs_after_idle") >= 1,
-        "a free after the idle time wakes it: {}",
+        s.num("background_syncs_after_idle") >= 1 && s.num("wake_ms") < 500,
+        "a free after the idle time wakes it (not its 5 s nap): {}",
         text(&s.out)
     );
     let off = guarded("guard_ops", &["background"], &[("ROCMGUARD_RECLAIM", "0")]);

@@ -72,7 +72,7 @@ impl Active {
 
     /// While freed blocks wait in a pool's quarantine, synchronizes the device (from this
     /// thread, so the program's threads do not stall) and releases them; while none waits,
-    /// sleeps until a free wakes it (or a second passes, should a wake-up race past it: the
+    /// sleeps until a free wakes it (or 5 s pass, should a wake-up race past it: the
     /// allocation path synchronizes on demand meanwhile). Stops at exit.
     pub(super) fn reclaim_loop(&'static self) {
         crate::platform::process::reclaimer_started();
@@ -82,7 +82,7 @@ impl Active {
                 let idle = &self.reclaimer.idle;
                 idle.store(true, Ordering::SeqCst);
                 if !waiting() {
-                    std::thread::park_timeout(Duration::from_secs(1));
+                    std::thread::park_timeout(Duration::from_secs(5));
                 }
                 idle.store(false, Ordering::SeqCst);
                 continue;
