@@ -4,9 +4,7 @@
 use std::ffi::c_void;
 use std::os::raw::c_char;
 
-#[cfg(unix)]
-use crate::cuda;
-use crate::{active, boundary, guard, hip};
+use crate::{active, boundary, guard, GUARDS};
 
 /// The library's version, for `rocmguard doctor` and programs that want to know.
 #[no_mangle]
@@ -47,15 +45,7 @@ pub unsafe extern "C" fn rocmguard_pooled(
         return -1;
     }
     // It takes the pools' locks: no panic of ours may reach the caller from here either.
-    let lookup = || {
-        #[cfg(unix)]
-        let found = hip::HIP
-            .pooled_block(ptr)
-            .or_else(|| cuda::CUDA.pooled_block(ptr));
-        #[cfg(not(unix))]
-        let found = hip::HIP.pooled_block(ptr);
-        found
-    };
+    let lookup = || GUARDS.iter().find_map(|g| g.pooled_block(ptr));
     match boundary("rocmguard_pooled", lookup, || None) {
         Some((s, n)) => {
             if !start.is_null() {

@@ -48,6 +48,12 @@ mod vmm;
 pub use blas::LIBS as BLAS_LIBS;
 pub use hip::LIBS as HIP_LIBS;
 
+/// Every face's guard: HIP's, and on Linux CUDA's.
+#[cfg(unix)]
+pub(crate) static GUARDS: [&guard::Guard; 2] = [&hip::HIP, &cuda::CUDA];
+#[cfg(not(unix))]
+pub(crate) static GUARDS: [&guard::Guard; 1] = [&hip::HIP];
+
 static CONFIG: OnceCell<Config> = OnceCell::new();
 static DEGRADED: AtomicBool = AtomicBool::new(false);
 /// Hook bodies running now. Pool locks are only taken inside them, so when this is zero at

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use rocmguard_core::{Config, Stats};
 
-use crate::cuda::CUDA;
-use crate::hip::HIP;
+use crate::GUARDS;
 
 static EXITING: AtomicBool = AtomicBool::new(false);
 /// Held by the background reclaimer while it synchronizes; taken for good at exit, so no
@@ -106,10 +105,10 @@ fn publish_live_stats() {
 
 /// Per-device stats of both faces.
 pub fn all_stats() -> Vec<(String, Vec<(i32, Stats)>)> {
-    [("HIP", HIP.stats()), ("CUDA", CUDA.stats())]
-        .into_iter()
+    GUARDS
+        .iter()
+        .map(|g| (g.face.name.to_string(), g.stats()))
         .filter(|(_, s)| !s.is_empty())
-        .map(|(n, s)| (n.to_string(), s))
         .collect()
 }
 
@@ -125,11 +124,7 @@ extern "C" fn at_exit() {
         let _ = rocmguard_core::live::remove(std::process::id());
         crate::platform::ipc::remove_socket();
         if crate::config().is_some_and(|c| c.log != "off" && c.log != "error") {
-            for line in HIP
-                .refusal_summary()
-                .into_iter()
-                .chain(CUDA.refusal_summary())
-            {
+            for line in GUARDS.iter().flat_map(|g| g.refusal_summary()) {
                 crate::log::write_at_exit(&format!(" WARN rocmguard: {}\n", line));
             }
         }
@@ -148,7 +143,7 @@ extern "C" fn at_exit() {
 extern "C" fn prepare() {
     let _ = std::panic::catch_unwind(|| {
         let mut holds = Vec::new();
-        for guard in [&HIP, &CUDA] {
+        for guard in GUARDS {
             if let Some(a) = guard.active() {
                 holds.extend(a.fork_holds());
             }
@@ -164,7 +159,7 @@ extern "C" fn parent() {
 extern "C" fn child() {
     let _ = std::panic::catch_unwind(|| {
         FORK_HOLDS.with(|h| h.borrow_mut().clear());
-        for guard in [&HIP, &CUDA] {
+        for guard in GUARDS {
             if let Some(a) = guard.active() {
                 a.forget_after_fork();
             }
