@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# rocmguard on a real NVIDIA GPU under real PyTorch: one command for the checks that
-# docs/gpu-check.md describes. Each check is an unmodified PyTorch program (scripts/gpu/*.py)
-# run as its own process with and without LD_PRELOAD=librocmguard.so; scripts/gpu/driver.py
-# compares the runs, prints a table of figures and writes the same as JSON to
-# $OUT/gpu-check.json (./gpu-check.json without $OUT), each run's output beside it.
+# rocmguard on a real NVIDIA GPU under real PyTorch (docs/gpu-check.md). Each check is an
+# unmodified PyTorch program (scripts/gpu/*.py) run with and without LD_PRELOAD=librocmguard.so;
+# scripts/gpu/driver.py compares the runs and prints a table per part, each with its own verdict.
 #
-# Usage: scripts/gpu-check.sh [--lib PATH_TO_librocmguard.so] [--quick] [driver options]
-#   --lib    the shim to test (default target/release/librocmguard.so)
-#   --quick  fewer steps and iterations: about 3 minutes instead of about 8 on an H100
-# Other options go to the driver as they are (--only 1,4  --budget SECONDS  --json PATH  --set vmm=0).
-# Exit status: 0 when every check passed or was skipped, 1 when one failed, 2 when it could
-# not start.
+# Usage: scripts/gpu-check.sh [--lib PATH_TO_librocmguard.so] [--part N | --quick] [driver options]
+#   --part N  one part, within one 10-minute device call (at most --budget s, default 540):
+#             1 cap, reuse, swapping under a cap, paths around the pool, two GPUs
+#             2 training across processes (losses, memory; step times as information), bound
+#             3, 4, 5 step time in one process (pooled / paused): GPT-2, ResNet-50, decode
+#   --quick   parts 1 and 2 smaller, in one call; no step-time verdict
+#   (neither) all five parts in turn, each its own table (about 40 minutes)
+# Other options go to the driver: --only 1,4  --budget SECONDS  --out DIR  --set vmm=0.
+# Exit status: 0 PASS, 1 a row failed or a part ran out of time, 2 could not start, 3 nothing
+# failed but an in-process step-time row is UNRESOLVED.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 
@@ -28,7 +30,7 @@ while [ $# -gt 0 ]; do
             shift
             ;;
         -h|--help)
-            sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)
