@@ -95,6 +95,9 @@ def main(argv=None, launcher=None, machine=report.machine, out=None):
         wanted = {int(x) for x in args.only.split(",")}
         chosen = {k: Part(p.title, [c for c in p.checks if c[0] & wanted]) for k, p in chosen.items()}
         chosen = {k: p for k, p in chosen.items() if p.checks}
+        if not chosen:
+            print(f"gpu-check: --only {args.only}: no such check in the parts asked for", file=sys.stderr)
+            return 2
     out_dir = Path(args.out or os.environ.get("OUT") or ".")
     out_dir.mkdir(parents=True, exist_ok=True)
 

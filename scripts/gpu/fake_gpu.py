@@ -73,6 +73,8 @@ class FakeGpu:
         self.shim_silent = False  # the shim prints no first-use line
         self.peak_reserved = 10 * GIB
         self.step_ms = {"native": 100.0, "shim": 100.5, "native-nocache": 180.0, "shim-nocache": 103.0}
+        self.second_native = {}  # what differs in every second native caching-on run's result
+        self.native_runs = 0
         self.swap_reserved = 6 * GIB
         self.reuse_bad = 0
         self.rank_devices = {0: [0], 1: [1]}
@@ -131,6 +133,10 @@ class FakeGpu:
             step, value = self.shim_loss_change
             losses[step] = value
         ms = self.step_ms[("shim" if shim else "native") + ("-nocache" if nocache else "")]
+        second = {}
+        if not shim and not nocache:
+            self.native_runs += 1
+            second = self.second_native if self.native_runs % 2 == 0 else {}
         return {
             "losses": losses,
             "step_ms": [ms - 1, ms, ms + 1],
@@ -141,7 +147,7 @@ class FakeGpu:
             "resnet": "torchvision",
             "max_memory_allocated": 0 if nocache else 10 * GIB,
             "max_memory_reserved": 0 if nocache else 11 * GIB,
-        }
+        } | second
 
     def play_reuse(self, command, env, shim, nocache):
         iters = int(command[command.index("--iters") + 1])

@@ -152,18 +152,7 @@ class Checks(FakeRuns):
         """A shim process 50% slower than native (what the machines' noise alone has shown) is
         printed beside the native spread and decides nothing."""
         self.gpu.step_ms.update({"shim": 150.0, "shim-nocache": 160.0})
-        runs = {"n": 0}
-        play = self.gpu.play_train
-
-        def second_native_slower(command, env, shim, nocache):
-            result = play(command, env, shim, nocache)
-            if not shim and not nocache:
-                runs["n"] += 1
-                if runs["n"] % 2 == 0:
-                    result.update(median_step_ms=110.0, step_ms=[109.0, 110.0, 111.0])
-            return result
-
-        self.gpu.play_train = second_native_slower
+        self.gpu.second_native = {"median_step_ms": 110.0, "step_ms": [109.0, 110.0, 111.0]}
         training.check(self.ctx)
         rows = self.rows()
         on = rows["GPT-2 small, caching on: step time across processes"]
@@ -190,18 +179,7 @@ class Checks(FakeRuns):
 
     def test_nondeterministic_program_is_not_blamed_on_the_shim(self):
         self.gpu.shim_loss_change = (2, "10.51")
-        runs = {"n": 0}
-        play = self.gpu.play_train
-
-        def native_runs_differ(command, env, shim, nocache):
-            result = play(command, env, shim, nocache)
-            if not shim and not nocache:
-                runs["n"] += 1
-                if runs["n"] % 2 == 0:  # every second native caching-on run
-                    result["losses"][1] = "10.76"
-            return result
-
-        self.gpu.play_train = native_runs_differ
+        self.gpu.second_native = {"losses": ["10.98", "10.76", "10.5"]}
         training.check(self.ctx)
         row = self.rows()["GPT-2 small, caching on: losses"]
         self.assertEqual(row["status"], "SKIP", row)
@@ -294,6 +272,7 @@ class InProcess(FakeRuns):
         self.assertLessEqual(budget + step_time.IN_PROCESS_RESERVE, 400)
         self.assertLessEqual(limit, 400 - 5)
         self.assertNotIn("LD_PRELOAD", env)  # overhead.py preloads the shim in its child itself
+        self.assertNotIn("CUBLAS_WORKSPACE_CONFIG", env)  # step times as users get them
 
     def test_a_part_out_of_time_says_incomplete(self):
         self.ctx.deadline = self.ctx.started + 50
@@ -392,7 +371,7 @@ def run_main(args, gpu):
         rc = driver.main(["--lib", str(lib), "--out", str(Path(d) / "out"), *args], launcher=gpu,
                          machine=gpu.machine, out=out)
         data = {p.stem.removeprefix("gpu-check-"): json.loads(p.read_text()) for p in (Path(d) / "out").glob("*.json")}
-        logs = sorted(p.name for p in (Path(d) / "out" / "gpu-check-logs").iterdir())
+        logs = sorted(p.name for p in (Path(d) / "out" / "gpu-check-logs").glob("*"))
     return rc, out.getvalue(), data, logs
 
 
@@ -453,6 +432,9 @@ class Main(unittest.TestCase):
             self.assertEqual((rc, list(data)), (0, ["part1"]))
             self.assertEqual({r["check"] for r in data["part1"]["rows"]}, {4})
             self.assertTrue(all(e["ROCMGUARD_VMM"] == "0" for _, e, _ in gpu.calls if "LD_PRELOAD" in e))
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            self.assertEqual(run_main(["--part", "3", "--only", "4"], FakeGpu())[0], 2)
+        self.assertIn("no such check", err.getvalue())
 
 
 def torch_python():
