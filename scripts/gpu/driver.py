@@ -98,6 +98,9 @@ def main(argv=None, launcher=None, machine=report.machine, out=None):
         if not chosen:
             print(f"gpu-check: --only {args.only}: no such check in the parts asked for", file=sys.stderr)
             return 2
+    if len(chosen) > 1:
+        say(f"gpu-check: {len(chosen)} parts in turn, up to {args.budget:.0f} s each; through the device tool "
+            "(10 minutes a call) run one a call: --part N")
     out_dir = Path(args.out or os.environ.get("OUT") or ".")
     out_dir.mkdir(parents=True, exist_ok=True)
 

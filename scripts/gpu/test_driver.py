@@ -348,6 +348,14 @@ class PartTime(FakeRuns):
         self.assertEqual(self.gpu.calls, [])
         self.assertEqual(report.overall(self.ctx.rows), "INCOMPLETE")
 
+    def test_a_program_that_judges_itself_stopped_at_the_parts_end(self):
+        self.ctx.deadline = self.ctx.started + 100
+        self.gpu.takes["transparency"] = 200
+        paths.check(self.ctx)
+        row = self.rows(7)["expandable segments; a group"]
+        self.assertEqual(row["status"], "INCOMPLETE")
+        self.assertIn("stopped at the part's end", row["figures"])
+
     def test_a_run_stopped_at_the_parts_end_or_by_its_own_limit(self):
         self.ctx.deadline = self.ctx.started + 100
         self.gpu.takes["swap"] = 150  # more than the part has left, less than its own limit

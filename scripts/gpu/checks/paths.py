@@ -20,7 +20,7 @@ def check(ctx):
     for name, rest in found:
         status, _, figures = rest.partition(" ")
         ctx.row(7, name, status, figures)
-    if not found:
+    if not found or s.out_of_time:  # nothing, or not all of what it checks
         ctx.row(7, "expandable segments; a group", *missing(s, "no CHECK line"))
 
     env = ctx.env_for(False, True, preload(ctx))
