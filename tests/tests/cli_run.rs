@@ -503,6 +503,43 @@ fn an_invalid_cap_stops_before_the_program_starts() {
     let out = run(&["--cap", "banana", "--", "sh", "-c", &touch]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(!mark.exists());
+    // `--cap "$CAP"` with CAP unset or blank, and a cap that starts with a minus: refused as a
+    // cap, named as one, never run without a cap nor read as an unknown option.
+    for bad in ["", " ", "-5GiB"] {
+        let out = run(&["--cap", bad, "--", "sh", "-c", &touch]);
+        assert_eq!(out.status.code(), Some(2), "{:?}: {}", bad, text(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("--cap") && !err.contains("unknown option"),
+            "{:?}: {}",
+            bad,
+            err
+        );
+        assert!(!mark.exists(), "--cap {:?} started the program", bad);
+    }
+    let err = stderr(&run(&["--cap", "", "--", "true"]));
+    assert!(err.contains("empty"), "{}", err);
+    // The same empty cap from the variable and from the ROCMGUARD_CONF line.
+    for (var, value) in [
+        ("ROCMGUARD_VRAM_LIMIT", ""),
+        ("ROCMGUARD_CONF", "vram_limit:"),
+    ] {
+        let out = output(
+            cli_command()
+                .env(var, value)
+                .args(["run", "--", "sh", "-c", &touch]),
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}={:?}: {}",
+            var,
+            value,
+            text(&out)
+        );
+        assert!(stderr(&out).contains("empty"), "{}", text(&out));
+        assert!(!mark.exists(), "{}={:?} started the program", var, value);
+    }
     // An option with a good cap replaces a bad inherited one.
     let out = output(cli_command().env("ROCMGUARD_VRAM_LIMIT", "banana").args([
         "run",

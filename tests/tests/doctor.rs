@@ -545,4 +545,17 @@ fn an_invalid_cap_fails_the_settings_check() {
         "{}",
         detail
     );
+    // The caps line above it does not report the stand-in cap of 0 B as a fine cap.
+    for bad in ["banana", ""] {
+        let (_, report) = doctor("rx5600xt", &[("ROCMGUARD_VRAM_LIMIT", bad)]);
+        let (status, detail, _) = check(&report, "caps");
+        assert_ne!(status, "ok", "{:?}: {}", bad, detail);
+        assert!(!detail.contains("0 B"), "{:?}: {}", bad, detail);
+        assert_eq!(check(&report, "rocmguard-env").0, "fail", "{:?}", bad);
+    }
+    // A cap of 0 is valid but refuses everything: a warning that says how to have no cap.
+    let (_, report) = doctor("rx5600xt", &[("ROCMGUARD_VRAM_LIMIT", "0")]);
+    let (status, detail, _) = check(&report, "caps");
+    assert_eq!(status, "warn", "{}", detail);
+    assert!(detail.contains("none = no cap"), "{}", detail);
 }

@@ -145,10 +145,12 @@ pub const KEYS: &[Key] = &[
         name: "vram_limit",
         example: "20GiB",
         default: "none",
-        help: "Cap on device memory the program may hold: bytes (20GiB, 20G) or a share of the device (85%). none = the whole device; 0 or 0% = no device memory (every allocation refused, to test out-of-memory handling). An invalid value is an error and refuses every allocation.",
+        help: "Cap on device memory the program may hold: bytes (20GiB, 20G) or a share of the device (85%). none = the whole device; 0 or 0% = no device memory (every allocation refused, to test out-of-memory handling). An invalid or empty value is an error and refuses every allocation.",
         set: |c, v| {
             c.vram_limit = match v.trim() {
-                "" | "none" | "unlimited" | "100%" => None,
+                // `--cap "$CAP"` with CAP unset: a cap was asked for, so never read as none.
+                "" => return Err("the value is empty (an unset variable?)".to_string()),
+                "none" | "unlimited" | "100%" => None,
                 t => Some(Limit::parse(t)?),
             };
             Ok(())
@@ -396,6 +398,17 @@ impl Config {
         }
         for (name, value, var) in singles {
             config.apply(&name, &value, &var, &mut warnings);
+        }
+        let zero = matches!(config.vram_limit, Some(Limit::Bytes(0)))
+            || matches!(config.vram_limit, Some(Limit::Percent(p)) if p == 0.0);
+        if zero && config.invalid_cap.is_none() {
+            warnings.push(format!(
+                "rocmguard: the cap is {}: every device allocation will be refused (a test of \
+                 out-of-memory handling); ROCMGUARD_VRAM_LIMIT=none (or no --cap) means no cap",
+                config
+                    .vram_limit
+                    .map_or_else(String::new, |l| l.to_string())
+            ));
         }
         (config, warnings)
     }
@@ -645,5 +658,47 @@ mod tests {
             above
         );
         assert_eq!(c.cap_above_device(32 << 30), None);
+    }
+
+    /// `--cap "$CAP"` with CAP unset reaches the guard as an empty cap: from the variable or
+    /// from `ROCMGUARD_CONF`, it is refused as any other bad cap, never read as no cap.
+    #[test]
+    fn an_empty_cap_is_a_bad_cap() {
+        let empty_var = vec![("ROCMGUARD_VRAM_LIMIT", "")];
+        let blank_var = vec![("ROCMGUARD_VRAM_LIMIT", "  ")];
+        let empty_conf = vec![("ROCMGUARD_CONF", "vram_limit:,retries:2")];
+        let blank_conf = vec![("ROCMGUARD_CONF", "vram_limit: ")];
+        for vars in [empty_var, blank_var, empty_conf, blank_conf] {
+            let (c, _) = Config::from_vars(vars.clone());
+            assert_eq!(c.cap_for(16 << 30), 0, "{:?}", vars);
+            let e = c
+                .invalid_cap
+                .unwrap_or_else(|| panic!("{:?} read as a cap", vars));
+            assert!(
+                e.contains("empty") && e.contains("none for no cap"),
+                "{}",
+                e
+            );
+        }
+        assert!(find_key("cap").unwrap().check("").is_err());
+    }
+
+    /// A cap of zero is valid and refuses everything: said once at start, naming `none`.
+    #[test]
+    fn a_cap_of_zero_says_so() {
+        for zero in ["0", "0%", "0GiB"] {
+            let (_, w) = Config::from_vars(vec![("ROCMGUARD_VRAM_LIMIT", zero)]);
+            assert_eq!(w.len(), 1, "{}: {:?}", zero, w);
+            assert!(
+                w[0].contains("every device allocation will be refused")
+                    && w[0].contains("ROCMGUARD_VRAM_LIMIT=none"),
+                "{}",
+                w[0]
+            );
+        }
+        for other in ["0.5%", "1", "none", "banana"] {
+            let (_, w) = Config::from_vars(vec![("ROCMGUARD_VRAM_LIMIT", other)]);
+            assert!(w.is_empty(), "{}: {:?}", other, w);
+        }
     }
 }

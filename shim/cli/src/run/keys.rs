@@ -39,7 +39,15 @@ fn arg_for(key: &'static Key) -> Arg {
         .help_heading("Guard settings (each is also a ROCMGUARD_* variable)")
         .action(ArgAction::Set)
         .value_parser(move |v: &str| -> Result<String, String> {
-            find_key(name)?.check(v).map(|()| v.to_string())
+            let key = find_key(name)?;
+            key.check(v).map(|()| v.to_string()).map_err(|why| {
+                format!(
+                    "{}; for example --{} {}",
+                    why,
+                    key.option_name(),
+                    key.example
+                )
+            })
         });
     let arg = if key.name == "vram_limit" {
         arg.visible_alias("vram-limit")
@@ -52,7 +60,8 @@ fn arg_for(key: &'static Key) -> Arg {
             .require_equals(true)
             .default_missing_value("1")
     } else {
-        arg
+        // `--cap -5GiB`: the value, checked as a cap, not an unknown option `-5`.
+        arg.allow_hyphen_values(true)
     }
 }
 

@@ -101,6 +101,15 @@ pub(super) fn caps(ctx: &Context) -> Check {
     let id = "caps";
     let title = "Memory caps";
     let cfg = config(ctx);
+    // Its stand-in cap of 0 B is no finding of its own: the settings line says what is wrong.
+    if cfg.invalid_cap.is_some() {
+        return Check::new(
+            id,
+            title,
+            Status::Skip,
+            "the rocmguard cap given cannot be read (see ROCMGUARD_* settings below)",
+        );
+    }
     let mut problems = Vec::new();
     for (i, g) in ctx.machine.gpus.iter().enumerate() {
         let memory = if g.integrated() && cfg.uma != UmaMode::Off {
@@ -150,6 +159,9 @@ pub(super) fn caps(ctx: &Context) -> Check {
         format_size(cfg.headroom),
         fraction.map_or_else(|| "none".to_string(), |f| f.to_string())
     );
+    if cfg.vram_limit.is_some_and(|l| l.resolve(u64::MAX) == 0) {
+        problems.push("a cap of 0 refuses every allocation (none = no cap)".to_string());
+    }
     if problems.is_empty() {
         Check::new(id, title, Status::Ok, detail)
     } else {
