@@ -709,3 +709,52 @@ fn rocblas_loaded_locally_brings_the_runtime_along() {
     assert_eq!(r.num("dlopen", "runtime_loaded"), 1);
     assert_eq!(r.num("dlopen", "allocs"), 1);
 }
+
+/// `tests/c/sim_costs.c SIZE`: per timed call, its microseconds and return code.
+fn costs(size: u64, env: &[(&str, &str)]) -> HashMap<String, (f64, i64)> {
+    let exe = program("sim_costs", &["sim_costs.c"], &["-lamdhip64"]);
+    let mut cmd = sim_command(&exe);
+    cmd.arg(size.to_string()).envs(env.iter().copied());
+    let out = output(&mut cmd);
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            Some((w[0].to_string(), (w[1].parse().ok()?, w[2].parse().ok()?)))
+        })
+        .collect()
+}
+
+#[test]
+fn driver_costs_grow_with_the_size_and_are_off_by_default() {
+    const CALLS: [&str; 7] = [
+        "malloc",
+        "free",
+        "create",
+        "map",
+        "setaccess",
+        "unmap",
+        "release",
+    ];
+    // Every call: 2 ms, plus 40 ms per GiB.
+    let vars: Vec<String> = CALLS
+        .iter()
+        .map(|c| format!("HIPSIM_COST_{}", c.to_uppercase()))
+        .collect();
+    let env: Vec<(&str, &str)> = vars
+        .iter()
+        .map(|v| (v.as_str(), "2000+40000/GiB"))
+        .collect();
+    let big = costs(512 * MIB, &env);
+    let small = costs(4 * KIB, &env);
+    let off = costs(512 * MIB, &[]);
+    for call in CALLS {
+        let (b, s, o) = (big[call], small[call], off[call]);
+        assert_eq!((b.1, s.1, o.1), (SUCCESS, SUCCESS, SUCCESS), "{}", call);
+        assert!(b.0 >= 22_000.0, "{} of 512 MiB took {} us", call, b.0);
+        assert!(s.0 >= 2_000.0, "{} of 4 KiB took {} us", call, s.0);
+        assert!(s.0 < 15_000.0, "{} of 4 KiB took {} us", call, s.0);
+        assert!(o.0 < 15_000.0, "{} with no cost took {} us", call, o.0);
+    }
+}

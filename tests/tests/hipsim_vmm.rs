@@ -600,3 +600,135 @@ fn hipsim_vmm_0_turns_every_call_into_not_supported() {
         ("malloc", SUCCESS),
     ]);
 }
+
+/// `tests/c/sim_rocm72.c` in `mode`: its `key value` lines.
+fn rocm72(mode: &str, env: &[(&str, &str)]) -> HashMap<String, i64> {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let exe = BUILT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(|| compile_c("sim_rocm72", &["sim_rocm72.c"], &["-lamdhip64"]))
+        .clone();
+    let mut cmd = sim_command(&exe);
+    cmd.arg(mode).envs(env.iter().copied());
+    let out = output(&mut cmd);
+    let text = text(&out);
+    assert!(out.status.success(), "{}", text);
+    let values: HashMap<String, i64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect();
+    assert!(
+        !values.keys().any(|k| k.ends_with("_failed")),
+        "a step failed:\n{}",
+        text
+    );
+    values
+}
+
+/// Asserts each `(key, value)` of a `rocm72` run, naming the setting and key that differ.
+fn expect(run: &HashMap<String, i64>, setting: &str, pairs: &[(&str, i64)]) {
+    for &(key, want) in pairs {
+        assert_eq!(
+            run.get(key).copied(),
+            Some(want),
+            "{} {}: {:?}",
+            setting,
+            key,
+            run
+        );
+    }
+}
+
+#[test]
+fn on_rocm_7_2_released_memory_comes_back_only_with_its_range() {
+    let (mib, v72) = (MIB as i64, ("HIPSIM_ROCM", "7.2"));
+    // As clr intends, and as every setting but ROCm 7.2's does: back at release.
+    let now = rocm72("release", &[]);
+    expect(&now, "current", &[("version", 60_300_000)]);
+    expect(
+        &now,
+        "current",
+        &[
+            ("used_mapped", 16 * mib),
+            ("used_released", 0),
+            ("used_neighbour_mapped", 16 * mib),
+            ("used_all_released", 0),
+        ],
+    );
+    // ROCm 7.2, by release or by its own knob: held while the range is reserved (#83), given
+    // back by freeing it (#84), and re-reserved at the same address as #84 does.
+    for (setting, env) in [("7.2", v72), ("knob", ("HIPSIM_VMM_DEFERRED_RELEASE", "1"))] {
+        let r = rocm72("release", &[env]);
+        expect(
+            &r,
+            setting,
+            &[
+                ("used_mapped", 16 * mib),
+                ("used_released", 16 * mib),
+                ("address_free", SUCCESS),
+                ("used_range_freed", 0),
+                ("reserve_same", SUCCESS),
+                ("same_address", 1),
+                ("used_resumed", 16 * mib),
+                // A piece given back inside a range still in use stays charged.
+                ("used_neighbour_mapped", 32 * mib),
+                ("used_all_released", 32 * mib),
+                ("address_free_again", SUCCESS),
+                ("used_end", 0),
+                // Its range gone first, a handle released later comes back at once, even with
+                // a new range at the same address.
+                ("fourth_same_address", 1),
+                ("used_stale_range", 0),
+            ],
+        );
+    }
+    expect(
+        &rocm72("release", &[v72]),
+        "7.2",
+        &[("version", 70_226_015)],
+    );
+    // The release's default gives way to the knob.
+    let off = rocm72("release", &[v72, ("HIPSIM_VMM_DEFERRED_RELEASE", "0")]);
+    expect(&off, "7.2 with the knob off", &[("used_released", 0)]);
+}
+
+#[test]
+fn on_rocm_7_2_set_access_counts_sizes_from_the_reservations_first_mapping() {
+    let v72 = ("HIPSIM_ROCM", "7.2");
+    // Every ROCm: whole mappings from ptr, so a range starting inside a mapping is refused.
+    for (setting, env) in [("current", vec![]), ("7.2", vec![v72])] {
+        expect(
+            &rocm72("access", &env),
+            setting,
+            &[
+                ("access_0", SUCCESS),
+                ("access_all", SUCCESS),
+                ("access_first_two", SUCCESS),
+                ("access_interior", INVALID_VALUE),
+                ("access_interior_across", INVALID_VALUE),
+                ("granule_fails", 0),
+                ("granules_three", SUCCESS),
+                ("grow_by_two_granules", SUCCESS),
+                ("first_mapped", SUCCESS),
+            ],
+        );
+    }
+    // ROCm/rocm-systems#2516's 4, 8 and 8 MiB: legal calls on the later mappings fail on 7.2.
+    let now = rocm72("access", &[]);
+    let seven_two = rocm72("access", &[v72]);
+    let knob = rocm72("access", &[("HIPSIM_VMM_SETACCESS_FROM_FIRST", "1")]);
+    for key in [
+        "access_1",
+        "access_2",
+        "access_last_two",
+        "lowest_mapped_last",
+    ] {
+        expect(&now, "current", &[(key, SUCCESS)]);
+        expect(&seven_two, "7.2", &[(key, INVALID_VALUE)]);
+        expect(&knob, "knob", &[(key, INVALID_VALUE)]);
+    }
+    let off = rocm72("access", &[v72, ("HIPSIM_VMM_SETACCESS_FROM_FIRST", "0")]);
+    expect(&off, "7.2 with the knob off", &[("access_1", SUCCESS)]);
+}

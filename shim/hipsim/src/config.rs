@@ -7,15 +7,38 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Once;
 use std::time::Duration;
 
+use crate::cost::{self, Costs};
+
 const GIB: u64 = 1 << 30;
+
+/// The ROCm release whose known faults are on by default (`HIPSIM_ROCM`). Each fault keeps its
+/// own knob, which wins over the release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// What ROCm's current `clr` sources do (the default).
+    Current,
+    /// ROCm 7.2 (`7.2`): `hipRuntimeGetVersion` says HIP 7.2.26015 (the build named in
+    /// torch_memory_saver#84), released virtual memory stays charged until its address range is
+    /// freed, and `hipMemSetAccess` checks sizes from the reservation's first mapping; both
+    /// unfixed in every 7.2.x so far (see `DeferredRelease::UntilRangeFreed` and
+    /// `Config::vmm_set_access_from_first`).
+    Rocm72,
+}
 
 /// When the memory of a released virtual memory handle goes back to its device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeferredRelease {
     /// At release, as ROCm's clr intends (`hipMemRelease` frees the handle's memory).
     Never,
-    /// Only when the address range it was last mapped in is freed (`1`), as Linux's amdgpu
-    /// driver was reported to do with ROCm's virtual memory. A fault knob.
+    /// Only when the address range it was last mapped in is freed with `hipMemAddressFree`
+    /// (`1`; on by default with `HIPSIM_ROCM=7.2`). ROCm 7.2 on Linux: `hipMemUnmap` +
+    /// `hipMemRelease` leave `hipMemGetInfo`'s free unchanged while the range stays reserved
+    /// (fzyzcjy/torch_memory_saver#83, a regression from 7.0; ROCm/ROCm#6021, 7.2 and
+    /// 7.11-preview), and freeing the range gives it back: torch_memory_saver#84 frees and
+    /// re-reserves the range, as vllm-project/vllm#37533 does. The cause is ROCr's
+    /// `~MappedHandleAllowedAgent` keeping the imported dma-buf of the CPU agent; its fix
+    /// (ROCm/rocm-systems#4363) is on develop only, in no 7.2.x through 7.2.4
+    /// (radixark/miles#1680).
     UntilRangeFreed,
     /// As `1`, but only while other handles stay mapped in that range (`in-use`): the same
     /// fault seen from a range still in use, as a pool's is, which a check on a range of its
@@ -54,8 +77,22 @@ pub struct Config {
     /// `hipMemSetAccess` answers `hipErrorInvalidValue` while the device claims virtual memory
     /// support (`HIPSIM_VMM_SETACCESS_FAILS=1`), as reported for RDNA4 and gfx1151 parts.
     pub vmm_set_access_fails: bool,
-    /// When memory of a released handle goes back to the device (`HIPSIM_VMM_DEFERRED_RELEASE`).
+    /// When memory of a released handle goes back to the device (`HIPSIM_VMM_DEFERRED_RELEASE`;
+    /// default `Never`, `UntilRangeFreed` under `HIPSIM_ROCM=7.2`).
     pub vmm_deferred_release: DeferredRelease,
+    /// `hipMemSetAccess` as ROCm 7.2's clr checks it (`HIPSIM_VMM_SETACCESS_FROM_FIRST=1`; on by
+    /// default under `HIPSIM_ROCM=7.2`): besides covering whole mappings from `ptr`, `size` must
+    /// equal the summed sizes of the first mappings of the reservation holding `ptr`, counted in
+    /// the order they were mapped (clr walked `parent()->subBuffers()`, not from `ptr`'s own
+    /// mapping), else `hipErrorInvalidValue`. So a legal call on a mapping that is not its
+    /// reservation's first fails unless the sizes happen to add up: SWDEV-568260,
+    /// ROCm/rocm-systems#2516 (a pool of mappings of 4, 8 and 8 MiB in one reservation), fixed
+    /// on develop by ROCm/rocm-systems#2451 (and #6977, which saw it on gfx942 with ROCm 7.2).
+    pub vmm_set_access_from_first: bool,
+    /// The ROCm release whose faults are on by default (`HIPSIM_ROCM`).
+    pub release: Release,
+    /// What each driver call costs by size (`HIPSIM_COST_*`, `cost`); default nothing.
+    pub costs: Costs,
 }
 
 impl Default for Config {
@@ -73,6 +110,9 @@ impl Default for Config {
             vmm: true,
             vmm_set_access_fails: false,
             vmm_deferred_release: DeferredRelease::Never,
+            vmm_set_access_from_first: false,
+            release: Release::Current,
+            costs: Costs::default(),
         }
     }
 }
@@ -153,7 +193,25 @@ impl Config {
                 }),
             },
         );
+        let from_first = knob(
+            &get,
+            warn,
+            "HIPSIM_VMM_SETACCESS_FROM_FIRST",
+            "0 or 1",
+            parse_bool,
+        );
+        let release = knob(&get, warn, "HIPSIM_ROCM", "7.2 or current", |v| {
+            match v.to_ascii_lowercase().as_str() {
+                "7.2" => Some(Release::Rocm72),
+                "current" | "" => Some(Release::Current),
+                _ => None,
+            }
+        })
+        .unwrap_or(d.release);
+        let costs =
+            cost::from_vars(&mut |name| knob(&get, &mut *warn, name, cost::FORMAT, cost::parse));
 
+        let rocm72 = release == Release::Rocm72;
         let vram = vram.unwrap_or(d.vram);
         let integrated = integrated.unwrap_or(d.integrated);
         Config {
@@ -172,7 +230,13 @@ impl Config {
             fail_above: fail_above.or(d.fail_above),
             vmm: vmm.unwrap_or(d.vmm),
             vmm_set_access_fails: set_access_fails.unwrap_or(d.vmm_set_access_fails),
-            vmm_deferred_release: deferred_release.unwrap_or(d.vmm_deferred_release),
+            vmm_deferred_release: deferred_release.unwrap_or(match rocm72 {
+                true => DeferredRelease::UntilRangeFreed,
+                false => d.vmm_deferred_release,
+            }),
+            vmm_set_access_from_first: from_first.unwrap_or(rocm72),
+            release,
+            costs,
         }
     }
 }
@@ -230,6 +294,7 @@ pub fn parse_size(v: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cost::Call;
 
     fn parse(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
         let mut warnings = Vec::new();
@@ -294,6 +359,32 @@ mod tests {
         let (c, w) = parse(&[("HIPSIM_VMM_DEFERRED_RELEASE", "in-use")]);
         assert!(w.is_empty(), "{:?}", w);
         assert_eq!(c.vmm_deferred_release, DeferredRelease::WhileRangeInUse);
+        let (c, w) = parse(&[
+            ("HIPSIM_VMM_SETACCESS_FROM_FIRST", "1"),
+            ("HIPSIM_COST_MALLOC", "45+12/GiB"),
+        ]);
+        assert!(w.is_empty(), "{:?}", w);
+        assert!(c.vmm_set_access_from_first);
+        assert_eq!(c.costs.get(Call::Malloc).per_gib_us, 12.0);
+        assert_eq!(c.release, Release::Current);
+    }
+
+    #[test]
+    fn rocm_7_2_turns_on_its_faults_unless_a_knob_says_otherwise() {
+        let (c, w) = parse(&[("HIPSIM_ROCM", "7.2")]);
+        assert!(w.is_empty(), "{:?}", w);
+        assert_eq!(c.release, Release::Rocm72);
+        assert_eq!(c.vmm_deferred_release, DeferredRelease::UntilRangeFreed);
+        assert!(c.vmm_set_access_from_first);
+        let (c, _) = parse(&[
+            ("HIPSIM_ROCM", "7.2"),
+            ("HIPSIM_VMM_DEFERRED_RELEASE", "0"),
+            ("HIPSIM_VMM_SETACCESS_FROM_FIRST", "0"),
+        ]);
+        assert_eq!(c.vmm_deferred_release, DeferredRelease::Never);
+        assert!(!c.vmm_set_access_from_first);
+        let (c, w) = parse(&[("HIPSIM_ROCM", "6.9")]);
+        assert_eq!((c.release, w.len()), (Release::Current, 1));
     }
 
     #[test]
@@ -313,9 +404,10 @@ mod tests {
             ("HIPSIM_DEVICES", "-1"),
             ("HIPSIM_FAIL_NTH", "3,x"),
             ("HIPSIM_FAIL_PROB", "1.5"),
+            ("HIPSIM_COST_UNMAP", "12+3/MiB"),
         ]);
         assert_eq!(c, Config::default());
-        assert_eq!(w.len(), 4, "{:?}", w);
+        assert_eq!(w.len(), 5, "{:?}", w);
         assert!(w[0].contains("HIPSIM_VRAM"));
     }
 }

@@ -45,6 +45,7 @@ macro_rules! hip_export {
 
 mod api;
 mod config;
+mod cost;
 mod error;
 mod ipc;
 mod memory;

@@ -4,7 +4,6 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
 
 use crate::config::{self, Config};
 use crate::error::{HipResult, INVALID_DEVICE, NO_DEVICE};
@@ -116,16 +115,4 @@ pub fn thread_id() -> u64 {
             id.get()
         })
         .unwrap_or(u64::MAX)
-}
-
-/// `HIPSIM_LATENCY_US`: burns the configured time on the calling thread, as a slow driver would.
-pub fn latency() {
-    let delay = config::get().latency;
-    if delay.is_zero() {
-        return;
-    }
-    let start = Instant::now();
-    while start.elapsed() < delay {
-        std::hint::spin_loop();
-    }
 }

@@ -20,6 +20,7 @@ use std::os::raw::c_int;
 use std::{ptr, slice};
 
 use crate::config::{self, Config, DeferredRelease};
+use crate::cost::{self, Call};
 use crate::error::*;
 use crate::memory::{Access, Memory};
 use crate::state::{self, Counters, Sim};
@@ -125,6 +126,8 @@ fn access_of(flags: c_int) -> Option<Access> {
 
 struct Reservation {
     size: usize,
+    /// Numbers it apart from a later reservation at the same address.
+    id: u64,
     /// Bytes of released handles last mapped here, per device, held until the range is freed
     /// (`HIPSIM_VMM_DEFERRED_RELEASE`).
     deferred: Vec<(usize, i32)>,
@@ -142,13 +145,15 @@ struct Handle {
     shareable: bool,
     /// Imported from another process's export: its memory is not this process's device's.
     imported: bool,
-    /// The reservation it was last mapped in.
-    reservation: Option<usize>,
+    /// The reservation it was last mapped in: its address and `id`.
+    reservation: Option<(usize, u64)>,
 }
 
 struct Mapping {
     size: usize,
     handle: usize,
+    /// When it was made, from `Vmm::made`: ROCm 7.2 lists a reservation's mappings in this order.
+    made: u64,
     /// What each device may do (index: device); the host protection is the widest of them.
     access: Vec<Access>,
 }
@@ -161,6 +166,8 @@ pub struct Vmm {
     mappings: BTreeMap<usize, Mapping>,
     /// Handles are numbers, never addresses: the last one handed out.
     last_handle: usize,
+    /// Reservations and mappings made so far, numbering each.
+    made: u64,
 }
 
 impl Vmm {
@@ -181,6 +188,53 @@ impl Vmm {
         }
     }
 
+    /// ROCm 7.2's size check of `hipMemSetAccess` (`Config::vmm_set_access_from_first`): `ptr`
+    /// lies in a mapping, and `size` is the summed size of the first mappings, in the order
+    /// they were made, of the reservation holding it (clr 7.2 summed `parent()->subBuffers()`,
+    /// stopping with `hipErrorInvalidValue` once past `size`).
+    fn sizes_from_first(&self, ptr: usize, size: usize) -> bool {
+        let start = match self.mapping_at(ptr) {
+            Some((start, _)) => start,
+            None => return false,
+        };
+        let (first, end) = match self.reservation_at(start) {
+            Some((first, r)) => (first, first + r.size),
+            None => return false,
+        };
+        let mut inside: Vec<(u64, usize)> = self
+            .mappings
+            .range(first..end)
+            .map(|(_, m)| (m.made, m.size))
+            .collect();
+        inside.sort_unstable();
+        let mut sum = 0;
+        for (_, bytes) in inside {
+            sum += bytes;
+            if sum >= size {
+                return sum == size;
+            }
+        }
+        false
+    }
+
+    /// The mapping holding byte `at`: its start and record.
+    fn mapping_at(&self, at: usize) -> Option<(usize, &Mapping)> {
+        self.mappings
+            .range(..=at)
+            .next_back()
+            .filter(|(&start, m)| at < start + m.size)
+            .map(|(&start, m)| (start, m))
+    }
+
+    /// The reservation holding byte `at`: its start and record.
+    fn reservation_at(&self, at: usize) -> Option<(usize, &Reservation)> {
+        self.reservations
+            .range(..=at)
+            .next_back()
+            .filter(|(&start, r)| at < start + r.size)
+            .map(|(&start, r)| (start, r))
+    }
+
     /// Whether any mapping overlaps `[ptr, end)`.
     fn mapped_within(&self, ptr: usize, end: usize) -> bool {
         self.mappings
@@ -192,11 +246,9 @@ impl Vmm {
     fn map(&mut self, mem: &mut Memory, ptr: usize, size: usize, handle: usize) -> HipResult {
         let end = ptr.checked_add(size).ok_or(INVALID_VALUE)?;
         let inside = self
-            .reservations
-            .range(..=ptr)
-            .next_back()
-            .filter(|(&start, r)| end <= start + r.size)
-            .map(|(&start, _)| start);
+            .reservation_at(ptr)
+            .filter(|(start, r)| end <= start + r.size)
+            .map(|(start, r)| (start, r.id));
         if inside.is_none() || self.mapped_within(ptr, end) {
             return Err(INVALID_VALUE);
         }
@@ -212,9 +264,11 @@ impl Vmm {
         }
         h.maps += 1;
         h.reservation = inside;
+        self.made += 1;
         let mapping = Mapping {
             size,
             handle,
+            made: self.made,
             access: vec![Access::None; mem.devices()],
         };
         self.mappings.insert(ptr, mapping);
@@ -229,6 +283,9 @@ impl Vmm {
         size: usize,
         grants: &[(usize, Access)],
     ) -> HipResult {
+        if config::get().vmm_set_access_from_first && !self.sizes_from_first(ptr, size) {
+            return Err(INVALID_VALUE);
+        }
         for start in self.run(ptr, size)? {
             let mapping = self.mappings.get_mut(&start).ok_or(INVALID_VALUE)?;
             for &(device, access) in grants {
@@ -331,16 +388,20 @@ impl Vmm {
     /// Frees a handle's memory and returns its bytes to its device.
     fn drop_handle(&mut self, mem: &mut Memory, counters: &mut Counters, handle: usize) {
         if let Some(h) = self.handles.remove(&handle) {
-            let deferred = match crate::config::get().vmm_deferred_release {
+            // The reservation it was last mapped in, if that one is still there.
+            let range = h
+                .reservation
+                .filter(|(r, id)| self.reservations.get(r).map_or(false, |res| res.id == *id))
+                .map(|(r, _)| r);
+            let deferred = match config::get().vmm_deferred_release {
                 DeferredRelease::Never => false,
                 DeferredRelease::UntilRangeFreed => true,
-                DeferredRelease::WhileRangeInUse => h.reservation.map_or(false, |r| {
+                DeferredRelease::WhileRangeInUse => range.map_or(false, |r| {
                     let size = self.reservations.get(&r).map_or(0, |res| res.size);
                     self.mapped_within(r, r + size)
                 }),
             };
-            let held = h
-                .reservation
+            let held = range
                 .filter(|_| deferred)
                 .and_then(|r| self.reservations.get_mut(&r));
             match held {
@@ -392,13 +453,13 @@ pub unsafe fn address_reserve(
     let align = alignment.max(GRANULARITY);
     let p = state::with(|s| {
         let p = sys::reserve(size, align, addr as usize).ok_or(OUT_OF_MEMORY)?;
-        s.vmm.reservations.insert(
-            p as usize,
-            Reservation {
-                size,
-                deferred: Vec::new(),
-            },
-        );
+        s.vmm.made += 1;
+        let reservation = Reservation {
+            size,
+            id: s.vmm.made,
+            deferred: Vec::new(),
+        };
+        s.vmm.reservations.insert(p as usize, reservation);
         Ok::<_, HipError>(p)
     })?;
     out.write(p as *mut c_void);
@@ -444,7 +505,7 @@ pub unsafe fn create(
         return Err(INVALID_VALUE);
     }
     out.write(ptr::null_mut());
-    state::latency();
+    cost::pay(Call::Create, size);
     let handle = state::with(|s| {
         let physical = s.mem.charge(s.cfg, &mut s.counters, size, device, || {
             sys::Physical::create(size)
@@ -513,7 +574,8 @@ pub unsafe fn release(handle: *mut c_void) -> HipResult {
     if handle.is_null() {
         return Err(INVALID_VALUE);
     }
-    state::latency();
+    let size = state::with(|s| s.vmm.handles.get(&(handle as usize)).map_or(0, |h| h.size));
+    cost::pay(Call::Release, size);
     state::with(|s| s.vmm.release(&mut s.mem, &mut s.counters, handle as usize))
 }
 
@@ -533,13 +595,15 @@ pub unsafe fn map(
     if size % GRANULARITY != 0 || ptr as usize % GRANULARITY != 0 {
         return Err(INVALID_VALUE);
     }
+    cost::pay(Call::Map, size);
     state::with(|s| s.vmm.map(&mut s.mem, ptr as usize, size, handle as usize))
 }
 
 /// `hipMemSetAccess`: `[ptr, ptr + size)` must be whole mappings without gaps; each descriptor
 /// names a device and `hipMemAccessFlags`. The host protection of a mapping (what the
 /// simulator's copies see) is the widest access any device has. `HIPSIM_VMM_SETACCESS_FAILS=1`
-/// makes every call `hipErrorInvalidValue`, a device that claims support it does not have.
+/// makes every call `hipErrorInvalidValue`, a device that claims support it does not have;
+/// `HIPSIM_VMM_SETACCESS_FROM_FIRST=1` adds ROCm 7.2's size check (`Vmm::sizes_from_first`).
 pub unsafe fn set_access(
     ptr: *mut c_void,
     size: usize,
@@ -554,6 +618,7 @@ pub unsafe fn set_access(
         return Err(INVALID_VALUE);
     }
     let descs = slice::from_raw_parts(desc, count);
+    cost::pay(Call::SetAccess, size);
     state::with(|s| {
         let mut grants = Vec::with_capacity(descs.len());
         for d in descs {
@@ -584,14 +649,7 @@ pub unsafe fn get_access(
         if location.kind != LOCATION_DEVICE || !valid_device(s, location.id) {
             return Err(INVALID_VALUE);
         }
-        let at = ptr as usize;
-        let (_, mapping) = s
-            .vmm
-            .mappings
-            .range(..=at)
-            .next_back()
-            .filter(|(&start, m)| at < start + m.size)
-            .ok_or(INVALID_VALUE)?;
+        let (_, mapping) = s.vmm.mapping_at(ptr as usize).ok_or(INVALID_VALUE)?;
         *flags = mapping.access[location.id as usize] as u64;
         Ok(())
     })
@@ -608,6 +666,7 @@ pub unsafe fn unmap(ptr: *mut c_void, size: usize) -> HipResult {
     for device in devices {
         work::wait_for(|w| w.device == device);
     }
+    cost::pay(Call::Unmap, size);
     state::with(|s| s.vmm.unmap(&mut s.mem, &mut s.counters, ptr as usize, size))
 }
 

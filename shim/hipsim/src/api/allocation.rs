@@ -7,6 +7,7 @@ use std::ptr;
 use std::time::Duration;
 
 use super::{put, Stream};
+use crate::cost::{self, Call};
 use crate::error::{self, *};
 use crate::memory::Kind;
 use crate::state::{self, current_device};
@@ -30,7 +31,7 @@ pub(crate) unsafe fn allocate(out: *mut *mut c_void, size: usize, how: Alloc) ->
     if out.is_null() {
         return Err(INVALID_VALUE);
     }
-    state::latency();
+    cost::pay(Call::Malloc, size);
     let (thread, mode) = (state::thread_id(), state::capture_mode());
     state::with(|s| {
         let current = current_device();
@@ -116,21 +117,20 @@ hip_export! {
     "hip_4.2" fn hipFree(ptr: *mut c_void) -> c_int {
         error::api(|| {
             let (thread, mode) = (state::thread_id(), state::capture_mode());
-            let device = state::with(|s| {
+            let block = state::with(|s| {
                 s.streams.check_unsafe_call(&mut s.counters, thread, mode)?;
                 match ptr.is_null() {
                     true => Ok(None),
-                    false => match s.mem.block_at(ptr as usize) {
-                        Some(block) => Ok(Some(block.device)),
-                        None => Err(INVALID_VALUE),
-                    },
+                    false => s.mem.block_at(ptr as usize).map(Some).ok_or(INVALID_VALUE),
                 }
             })?;
-            let device = match device {
-                Some(device) => device,
+            let device = match block {
+                Some(block) => {
+                    cost::pay(Call::Free, block.size);
+                    block.device
+                }
                 None => return Ok(()),
             };
-            state::latency();
             work::wait_for(|w| w.device == device);
             state::with(|s| {
                 s.counters.syncs += 1;
@@ -148,12 +148,13 @@ hip_export! {
             if ptr.is_null() {
                 return Err(INVALID_VALUE);
             }
-            let target = state::with(|s| {
+            let (target, size) = state::with(|s| {
                 let target = s.streams.target(stream as usize, current_device(), INVALID_HANDLE)?;
                 s.mem.mark_freeing(ptr as usize)?;
-                Ok::<_, HipError>(target)
+                let size = s.mem.block_at(ptr as usize).map_or(0, |b| b.size);
+                Ok::<_, HipError>((target, size))
             })?;
-            state::latency();
+            cost::pay(Call::Free, size);
             work::submit(target, Duration::ZERO, Op::Free { ptr: ptr as usize });
             Ok(())
         })

@@ -5,10 +5,22 @@ use std::ffi::{c_void, CStr};
 use std::os::raw::{c_char, c_int, c_uint};
 
 use super::put;
+use crate::config::{self, Release};
 use crate::error::{self, *};
 
 /// `HIP_VERSION` of ROCm 6.3.0, which the simulator's ABI follows.
 const HIP_VERSION: c_int = 60_300_000;
+
+/// HIP 7.2.26015, the ROCm 7.2 build of torch_memory_saver#84, said under `HIPSIM_ROCM=7.2`.
+const HIP_VERSION_7_2: c_int = 70_226_015;
+
+/// What `hipRuntimeGetVersion` and `hipDriverGetVersion` say: the release `HIPSIM_ROCM` names.
+fn version() -> c_int {
+    match config::get().release {
+        Release::Current => HIP_VERSION,
+        Release::Rocm72 => HIP_VERSION_7_2,
+    }
+}
 
 hip_export! {
     "hip_4.2" fn hipGetLastError() -> c_int {
@@ -45,13 +57,13 @@ hip_export! {
 
 hip_export! {
     "hip_4.2" fn hipRuntimeGetVersion(version: *mut c_int) -> c_int {
-        error::api(|| put(version, HIP_VERSION))
+        error::api(|| put(version, self::version()))
     }
 }
 
 hip_export! {
     "hip_4.2" fn hipDriverGetVersion(version: *mut c_int) -> c_int {
-        error::api(|| put(version, HIP_VERSION))
+        error::api(|| put(version, self::version()))
     }
 }
 

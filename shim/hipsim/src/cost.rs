@@ -1,0 +1,164 @@
+//! What the driver calls cost in time, by size: `HIPSIM_COST_<CALL>=FIXED[+PER_GIB/GiB]` in
+//! microseconds (`HIPSIM_COST_MALLOC=45+12/GiB`), for `MALLOC` (every allocating call but
+//! `hipMemCreate`), `FREE`, and the virtual memory calls `CREATE`, `MAP`, `SETACCESS`, `UNMAP`,
+//! `RELEASE`. The time is burnt on the calling thread outside the simulator's lock, as a
+//! driver's ioctl blocks its caller, so a program or replay on the simulator pays the driver's
+//! time and not only its count. Off by default (every cost 0). `HIPSIM_LATENCY_US` still adds
+//! its flat busy-wait to every allocating call and free.
+
+use std::time::{Duration, Instant};
+
+use crate::config;
+
+/// What `parse` reads, for the warning about a value it cannot.
+pub const FORMAT: &str = "microseconds, with an optional part per GiB, such as 45 or 45+12/GiB";
+
+/// One call's cost: a fixed part and a part proportional to the bytes it concerns.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Cost {
+    pub fixed_us: f64,
+    pub per_gib_us: f64,
+}
+
+impl Cost {
+    /// The time a call on `bytes` takes.
+    pub fn of(&self, bytes: usize) -> Duration {
+        let us = self.fixed_us + self.per_gib_us * bytes as f64 / (1u64 << 30) as f64;
+        Duration::from_nanos((us * 1000.0) as u64)
+    }
+}
+
+/// The driver calls that have a cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    Malloc,
+    Free,
+    Create,
+    Map,
+    SetAccess,
+    Unmap,
+    Release,
+}
+
+/// Each call's knob suffix, in `Call`'s order.
+const NAMES: [(Call, &str); 7] = [
+    (Call::Malloc, "MALLOC"),
+    (Call::Free, "FREE"),
+    (Call::Create, "CREATE"),
+    (Call::Map, "MAP"),
+    (Call::SetAccess, "SETACCESS"),
+    (Call::Unmap, "UNMAP"),
+    (Call::Release, "RELEASE"),
+];
+
+/// Every call's cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Costs([Cost; 7]);
+
+impl Costs {
+    pub fn get(&self, call: Call) -> Cost {
+        self.0[call as usize]
+    }
+}
+
+/// Reads `HIPSIM_COST_<CALL>` for each call through `knob` (which warns about a bad value).
+pub fn from_vars(knob: &mut dyn FnMut(&str) -> Option<Cost>) -> Costs {
+    let mut costs = Costs::default();
+    for (call, name) in NAMES {
+        if let Some(cost) = knob(&format!("HIPSIM_COST_{}", name)) {
+            costs.0[call as usize] = cost;
+        }
+    }
+    costs
+}
+
+/// `45`, `45+12/GiB`, `0.5 + 3/GiB`: non-negative microseconds.
+pub fn parse(v: &str) -> Option<Cost> {
+    let number = |s: &str| {
+        s.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x >= 0.0)
+    };
+    let (fixed, per_gib) = match v.split_once('+') {
+        Some((fixed, rest)) => {
+            let rest = rest.trim();
+            let per = rest
+                .strip_suffix("/GiB")
+                .or_else(|| rest.strip_suffix("/gib"))?;
+            (number(fixed)?, number(per)?)
+        }
+        None => (number(v)?, 0.0),
+    };
+    Some(Cost {
+        fixed_us: fixed,
+        per_gib_us: per_gib,
+    })
+}
+
+/// Burns `call`'s cost on `bytes`, plus `HIPSIM_LATENCY_US` for the calls it has always
+/// applied to (allocating calls, frees, `hipMemCreate`, `hipMemRelease`). Call it with the
+/// simulator's lock released.
+pub fn pay(call: Call, bytes: usize) {
+    let cfg = config::get();
+    let flat = match call {
+        Call::Malloc | Call::Free | Call::Create | Call::Release => cfg.latency,
+        Call::Map | Call::SetAccess | Call::Unmap => Duration::ZERO,
+    };
+    let total = flat + cfg.costs.get(call).of(bytes);
+    if total.is_zero() {
+        return;
+    }
+    let start = Instant::now();
+    while start.elapsed() < total {
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_fixed_and_per_gib_parts() {
+        assert_eq!(
+            parse("45"),
+            Some(Cost {
+                fixed_us: 45.0,
+                per_gib_us: 0.0
+            })
+        );
+        let c = parse("45+12/GiB").unwrap();
+        assert_eq!((c.fixed_us, c.per_gib_us), (45.0, 12.0));
+        assert_eq!(parse(" 0.5 + 3 /GiB").unwrap().per_gib_us, 3.0);
+        for bad in ["", "-1", "45+12", "45+12/MiB", "x", "nan"] {
+            assert_eq!(parse(bad), None, "{:?}", bad);
+        }
+    }
+
+    #[test]
+    fn a_cost_grows_with_the_size() {
+        let c = Cost {
+            fixed_us: 45.0,
+            per_gib_us: 100.0,
+        };
+        assert_eq!(c.of(0), Duration::from_micros(45));
+        assert_eq!(c.of(1 << 30), Duration::from_micros(145));
+        assert_eq!(c.of(512 << 20), Duration::from_micros(95));
+    }
+
+    #[test]
+    fn every_call_reads_its_own_variable() {
+        let mut asked = Vec::new();
+        let costs = from_vars(&mut |name| {
+            asked.push(name.to_string());
+            (name == "HIPSIM_COST_UNMAP").then_some(Cost {
+                fixed_us: 7.0,
+                per_gib_us: 0.0,
+            })
+        });
+        assert_eq!(asked.len(), 7);
+        assert_eq!(costs.get(Call::Unmap).fixed_us, 7.0);
+        assert_eq!(costs.get(Call::Map), Cost::default());
+    }
+}
