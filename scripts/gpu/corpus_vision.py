@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""Vision and staged-pipeline workloads of the REPORT half of the trace corpus (see
+corpus_workloads.py for the contract): DiT training at several resolutions, UNet inference at
+several resolutions, ViT training at four resolutions, ConvNeXt training, and a FramePack-like
+pipeline whose three models take turns on the GPU."""
+
+import math
+import random
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class DiTBlock(nn.Module):
+    """Transformer block with adaLN-zero modulation from the timestep embedding."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim, elementwise_affine=False)
+        self.ln2 = nn.LayerNorm(dim, elementwise_affine=False)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(approximate="tanh"), nn.Linear(4 * dim, dim))
+        self.mod = nn.Linear(dim, 6 * dim)
+
+    def forward(self, x, c):
+        b, t, d = x.shape
+        s1, g1, a1, s2, g2, a2 = self.mod(F.silu(c)).unsqueeze(1).chunk(6, -1)
+        y = self.ln1(x) * (1 + g1) + s1
+        q, k, v = self.qkv(y).view(b, t, 3, self.heads, d // self.heads).transpose(1, 3).unbind(2)
+        y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
+        x = x + a1 * self.proj(y)
+        return x + a2 * self.mlp(self.ln2(x) * (1 + g2) + s2)
+
+
+def timestep_embedding(t, dim):
+    freqs = torch.exp(-math.log(10000) * torch.arange(dim // 2, device=t.device) / (dim // 2))
+    args = t.float()[:, None] * freqs[None]
+    return torch.cat([args.cos(), args.sin()], -1)
+
+
+class DiT(nn.Module):
+    def __init__(self, dim=768, heads=12, layers=12, patch=2, channels=4):
+        super().__init__()
+        self.patch, self.channels = patch, channels
+        self.embed = nn.Conv2d(channels, dim, patch, stride=patch)
+        self.t_mlp = nn.Sequential(nn.Linear(256, dim), nn.SiLU(), nn.Linear(dim, dim))
+        self.blocks = nn.ModuleList(DiTBlock(dim, heads) for _ in range(layers))
+        self.out = nn.Linear(dim, patch * patch * channels)
+
+    def forward(self, x, t):
+        b, c, hgt, wid = x.shape
+        p = self.patch
+        tokens = self.embed(x).flatten(2).transpose(1, 2)
+        # 2-D sine positions, made for this resolution on every call.
+        pos = timestep_embedding(torch.arange(tokens.shape[1], device=x.device), tokens.shape[2])
+        tokens = tokens + pos
+        cond = self.t_mlp(timestep_embedding(t, 256))
+        for blk in self.blocks:
+            tokens = blk(tokens, cond)
+        y = self.out(tokens).view(b, hgt // p, wid // p, p, p, c)
+        return y.permute(0, 5, 1, 3, 2, 4).reshape(b, c, hgt, wid)
+
+
+def build_dit_multires(device, seed=0):
+    """DiT-B/2 (12 x 768) diffusion training on latents of 32, 48, 64 or 80 px (256..640 px
+    images), the batch smaller as the resolution grows (32, 16, 8, 6), drawn every step."""
+    model = DiT().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(seed)
+
+    def step():
+        side, b = rng.choice(((32, 32), (48, 16), (64, 8), (80, 6)))
+        x = torch.randn(b, 4, side, side, device=device)
+        noise = torch.randn_like(x)
+        t = torch.randint(0, 1000, (b,), device=device)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(x + noise, t).float(), noise)
+        loss.backward()
+        opt.step()
+
+    step.reseed = rng.seed
+    return step
+
+
+class ResBlock(nn.Module):
+    def __init__(self, i, o, temb):
+        super().__init__()
+        self.n1, self.n2 = nn.GroupNorm(32, i), nn.GroupNorm(32, o)
+        self.c1, self.c2 = nn.Conv2d(i, o, 3, padding=1), nn.Conv2d(o, o, 3, padding=1)
+        self.t = nn.Linear(temb, o)
+        self.skip = nn.Conv2d(i, o, 1) if i != o else nn.Identity()
+
+    def forward(self, x, temb):
+        h = self.c1(F.silu(self.n1(x))) + self.t(temb)[:, :, None, None]
+        return self.skip(x) + self.c2(F.silu(self.n2(h)))
+
+
+class SpatialAttn(nn.Module):
+    """Self-attention then cross-attention to the text context, over the pixels of a level."""
+
+    def __init__(self, ch, ctx_dim, heads=8):
+        super().__init__()
+        self.heads = heads
+        self.norm = nn.GroupNorm(32, ch)
+        self.qkv, self.o1 = nn.Linear(ch, 3 * ch), nn.Linear(ch, ch)
+        self.q, self.kv, self.o2 = nn.Linear(ch, ch), nn.Linear(ctx_dim, 2 * ch), nn.Linear(ch, ch)
+
+    def heads_of(self, y, b):
+        return y.view(b, -1, self.heads, y.shape[-1] // self.heads).transpose(1, 2)
+
+    def forward(self, x, ctx):
+        b, c, hgt, wid = x.shape
+        y = self.norm(x).flatten(2).transpose(1, 2)
+        q, k, v = (self.heads_of(z, b) for z in self.qkv(y).chunk(3, -1))
+        y = y + self.o1(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, -1, c))
+        k, v = (self.heads_of(z, b) for z in self.kv(ctx).chunk(2, -1))
+        a = F.scaled_dot_product_attention(self.heads_of(self.q(y), b), k, v)
+        y = y + self.o2(a.transpose(1, 2).reshape(b, -1, c))
+        return x + y.transpose(1, 2).reshape(b, c, hgt, wid)
+
+
+class CondUNet(nn.Module):
+    """Text-conditioned latent diffusion UNet: levels of 128, 256, 512 channels, attention at
+    the two lower levels."""
+
+    def __init__(self, ch=128, ctx_dim=768):
+        super().__init__()
+        chs = (ch, 2 * ch, 4 * ch)
+        temb = 4 * ch
+        self.t_mlp = nn.Sequential(nn.Linear(ch, temb), nn.SiLU(), nn.Linear(temb, temb))
+        self.inp = nn.Conv2d(4, ch, 3, padding=1)
+        self.down = nn.ModuleList(ResBlock(i, o, temb) for i, o in zip((ch,) + chs[:-1], chs))
+        self.dattn = nn.ModuleList((nn.Identity(), SpatialAttn(chs[1], ctx_dim), SpatialAttn(chs[2], ctx_dim)))
+        self.mid = ResBlock(chs[2], chs[2], temb)
+        self.up = nn.ModuleList(ResBlock(2 * c, o, temb) for c, o in zip(chs[::-1], chs[::-1][1:] + (ch,)))
+        self.uattn = nn.ModuleList((SpatialAttn(chs[1], ctx_dim), SpatialAttn(ch, ctx_dim), nn.Identity()))
+        self.out = nn.Sequential(nn.GroupNorm(32, ch), nn.SiLU(), nn.Conv2d(ch, 4, 3, padding=1))
+
+    def forward(self, x, t, ctx):
+        temb = self.t_mlp(timestep_embedding(t, self.inp.out_channels).to(x.dtype))
+        x = self.inp(x)
+        skips = []
+        for i, (blk, attn) in enumerate(zip(self.down, self.dattn)):
+            x = blk(x, temb)
+            x = x if isinstance(attn, nn.Identity) else attn(x, ctx)
+            skips.append(x)
+            if i < len(self.down) - 1:
+                x = F.avg_pool2d(x, 2)
+        x = self.mid(x, temb)
+        for i, (blk, attn) in enumerate(zip(self.up, self.uattn)):
+            x = blk(torch.cat([x, skips.pop()], 1), temb)
+            x = x if isinstance(attn, nn.Identity) else attn(x, ctx)
+            if i < len(self.up) - 1:
+                x = F.interpolate(x, scale_factor=2)
+        return self.out(x)
+
+
+def build_unet_infer(device, seed=0):
+    """Latent-diffusion UNet inference, fp16, classifier-free guidance (batch 2 per image): per
+    step one image at a latent side of 48..128 px, 10 denoising steps."""
+    model = CondUNet().to(device).half().eval()
+    rng = random.Random(seed)
+
+    @torch.inference_mode()
+    def step():
+        side = rng.choice((48, 64, 80, 96, 112, 128))
+        x = torch.randn(1, 4, side, side, device=device, dtype=torch.half)
+        ctx = torch.randn(2, 77, 768, device=device, dtype=torch.half)
+        for k in range(10):
+            t = torch.full((2,), 999 - 100 * k, device=device)
+            eps = model(torch.cat([x, x]), t, ctx)
+            uncond, cond = eps.chunk(2)
+            x = x - 0.1 * (uncond + 7.5 * (cond - uncond))
+
+    step.reseed = rng.seed
+    return step
+
+
+class ViT(nn.Module):
+    """ViT-B/16 with positions interpolated to the input's resolution."""
+
+    def __init__(self, dim=768, layers=12, heads=12, patch=16):
+        super().__init__()
+        from corpus_workloads import Block
+
+        self.embed = nn.Conv2d(3, dim, patch, stride=patch)
+        self.pos = nn.Parameter(torch.zeros(1, dim, 14, 14))
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(dim), nn.Linear(dim, 1000)
+
+    def forward(self, img):
+        x = self.embed(img)
+        x = x + F.interpolate(self.pos, size=x.shape[2:], mode="bilinear")
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x.flatten(2).transpose(1, 2)], 1)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln(x[:, 0]))
+
+
+def build_vit_multires(device, seed=0):
+    """ViT-B/16 classification training at 160, 224, 288 or 384 px drawn every step, with the
+    batch 96, 64, 32 or 16 (roughly constant tokens, shapes that never repeat in a row)."""
+    model = ViT().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(seed)
+
+    def step():
+        side, b = rng.choice(((160, 96), (224, 64), (288, 32), (384, 16)))
+        img = torch.randn(b, 3, side, side, device=device)
+        labels = torch.randint(0, 1000, (b,), device=device)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(img).float(), labels)
+        loss.backward()
+        opt.step()
+
+    step.reseed = rng.seed
+    return step
+
+
+class ConvNeXtBlock(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dw = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.ln = nn.LayerNorm(dim)
+        self.up, self.down = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.gamma * self.down(F.gelu(self.up(self.ln(y))))
+        return x + y.permute(0, 3, 1, 2)
+
+
+class ConvNeXt(nn.Module):
+    """ConvNeXt-T: stages of 3, 3, 9, 3 blocks at 96, 192, 384, 768 channels."""
+
+    def __init__(self, depths=(3, 3, 9, 3), dims=(96, 192, 384, 768)):
+        super().__init__()
+        layers = [nn.Conv2d(3, dims[0], 4, stride=4)]
+        for i, (depth, dim) in enumerate(zip(depths, dims)):
+            if i:
+                layers += [nn.GroupNorm(1, dims[i - 1]), nn.Conv2d(dims[i - 1], dim, 2, stride=2)]
+            layers += [ConvNeXtBlock(dim) for _ in range(depth)]
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(dims[-1], 1000)
+
+    def forward(self, x):
+        return self.head(self.body(x).mean((2, 3)))
+
+
+def build_convnext_train(device, seed=0):
+    """ConvNeXt-T classification training, channels-last, batch 48 at 192, 224 or 256 px
+    (random-resized-crop sizes) drawn every step."""
+    model = ConvNeXt().to(device, memory_format=torch.channels_last)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(seed)
+
+    def step():
+        side = rng.choice((192, 224, 256))
+        img = torch.randn(48, 3, side, side, device=device).contiguous(memory_format=torch.channels_last)
+        labels = torch.randint(0, 1000, (48,), device=device)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(img).float(), labels)
+        loss.backward()
+        opt.step()
+
+    step.reseed = rng.seed
+    return step
+
+
+class VideoVAEDecoder(nn.Module):
+    """3-D convolution decoder: 16 latent channels to RGB, 8x upsampled in space."""
+
+    def __init__(self, ch=128):
+        super().__init__()
+        self.inp = nn.Conv3d(16, 4 * ch, 3, padding=1)
+        stages = []
+        for i, o in ((4 * ch, 4 * ch), (4 * ch, 2 * ch), (2 * ch, ch)):
+            stages.append(nn.ModuleList((nn.GroupNorm(32, i), nn.Conv3d(i, o, 3, padding=1))))
+        self.stages = nn.ModuleList(stages)
+        self.out = nn.Conv3d(ch, 3, 3, padding=1)
+
+    def forward(self, z):
+        x = self.inp(z)
+        for norm, conv in self.stages:
+            x = conv(F.silu(norm(x)))
+            x = F.interpolate(x, scale_factor=(1, 2, 2))
+        return self.out(x)
+
+
+def build_framepack(device, seed=0):
+    """FramePack-like image-to-video: per video (latent 32x48, 40x64 or 48x80, i.e. 256..384 x
+    384..640 px), a text encoder (8 x 1024), a 16 x 1536 video transformer and a 3-D VAE decoder
+    are each moved to the GPU, run, and moved back, in turn; the transformer denoises 3 sections
+    of 4 latent frames each with a packed context of earlier frames, the VAE decodes each."""
+    from corpus_workloads import Block
+
+    text = nn.ModuleList(Block(1024, 16) for _ in range(8)).half()
+    dit = nn.ModuleDict(
+        dict(
+            inp=nn.Linear(16 * 4, 1536),
+            ctx=nn.Linear(1024, 1536),
+            blocks=nn.ModuleList(Block(1536, 24, cross=True) for _ in range(16)),
+            out=nn.Linear(1536, 16 * 4),
+        )
+    ).half()
+    vae = VideoVAEDecoder().half()
+    rng = random.Random(seed)
+
+    def patchify(z):
+        b, c, f, h, w = z.shape
+        return z.view(b, c, f, h // 2, 2, w // 2, 2).permute(0, 2, 3, 5, 1, 4, 6).reshape(b, -1, c * 4)
+
+    def unpatchify(x, f, h, w):
+        return x.view(1, f, h // 2, w // 2, 16, 2, 2).permute(0, 4, 1, 2, 5, 3, 6).reshape(1, 16, f, h, w)
+
+    @torch.no_grad()  # not inference_mode: the models' .to() moves run inside it
+    def step():
+        h, w = rng.choice(((32, 48), (40, 64), (48, 80)))
+        text.to(device)
+        prompt = torch.randn(1, rng.randint(40, 226), 1024, device=device, dtype=torch.half)
+        for blk in text:
+            prompt = blk(prompt)
+        text.to("cpu")
+        history = torch.randn(1, 16, 1, h, w, device=device, dtype=torch.half)  # the input image
+        frames = []
+        for _ in range(3):
+            dit.to(device)
+            ctx = dit["ctx"](prompt)
+            # Packed context: the latest frame at full size, older ones pooled 2x2 in space.
+            recent = history[:, :, -1:]
+            older = F.avg_pool3d(history, (1, 2, 2)).repeat_interleave(2, -1).repeat_interleave(2, -2)
+            z = torch.randn(1, 16, 4, h, w, device=device, dtype=torch.half)
+            for _ in range(6):
+                packed = torch.cat([older, recent, z], 2)
+                x = dit["inp"](patchify(packed))
+                for blk in dit["blocks"]:
+                    x = blk(x, ctx)
+                eps = unpatchify(dit["out"](x), packed.shape[2], h, w)[:, :, -4:]
+                z = z - 0.15 * eps
+            dit.to("cpu")
+            history = torch.cat([history, z], 2)
+            vae.to(device)
+            frames.append(vae(z).cpu())
+            vae.to("cpu")
+
+    step.reseed = rng.seed
+    return step
+
+
+CORPUS = {
+    "dit_multires": (build_dit_multires, 12),
+    "unet_infer": (build_unet_infer, 6),
+    "vit_multires": (build_vit_multires, 16),
+    "convnext_train": (build_convnext_train, 10),
+    "framepack": (build_framepack, 3),
+}
