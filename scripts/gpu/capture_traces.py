@@ -140,10 +140,10 @@ def corpus(args):
             log = open(os.path.join(logs, tag + ".log"), "w")
             cmd = [sys.executable, me, args.corpus, "--one", name, "--mode", mode]
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-            running.append((proc, tag, log, time.monotonic()))
+            running.append((proc, tag, log, time.monotonic(), (name, mode, conf)))
             print(f"[{now:6.1f}s] start {tag}", flush=True)
         for item in list(running):
-            proc, tag, log, t0 = item
+            proc, tag, log, t0, task = item
             late = time.monotonic() - start > args.deadline
             if proc.poll() is None and not late:
                 continue
@@ -154,7 +154,7 @@ def corpus(args):
             running.remove(item)
             text = open(log.name).read()
             found = [json.loads(line.split(" ", 1)[1]) for line in text.splitlines() if line.startswith(RESULT_TAG)]
-            r = found[0] if found else dict(zip(("name", "mode", "conf"), tag.split(".")), failed=True)
+            r = found[0] if found else dict(zip(("name", "mode", "alloc_conf"), task), failed=True)
             r.update(rc=proc.returncode, wall_s=round(time.monotonic() - t0, 1))
             if not found:
                 r["error"] = text.strip().splitlines()[-1:] if text.strip() else ["no output"]

@@ -265,7 +265,8 @@ class EncDec(nn.Module):
 
 def build_t5_encdec(device, seed=0):
     """T5-base-like (12 + 12 layers of 768, vocab 32128) translation training: source 64..512
-    and target 16..192 tokens drawn every step, batch chosen to keep ~8k source tokens."""
+    and target 16..192 tokens drawn every step, batch chosen to keep <= 8k source and <= 4k
+    target tokens."""
     model = EncDec(32128, 768, 12, 12).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rng = random.Random(seed)
@@ -273,7 +274,7 @@ def build_t5_encdec(device, seed=0):
     def step():
         src = rng.randrange(64, 513, 16)
         tgt = rng.randrange(16, 193, 8)
-        b = max(2, 8192 // src)
+        b = max(2, min(8192 // src, 4096 // tgt))
         s = torch.randint(0, 32128, (b, src), device=device)
         t = torch.randint(0, 32128, (b, tgt), device=device)
         opt.zero_grad(set_to_none=True)
