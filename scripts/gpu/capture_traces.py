@@ -44,7 +44,8 @@ def builder(name):
 
     if name in corpus_workloads.CORPUS:
         return corpus_workloads.CORPUS[name]
-    return getattr(workloads, f"build_{name}"), TUNE_STEPS.get(name, 12)
+    build = getattr(workloads, f"build_{name}", None) or workloads.BUILDERS[name]
+    return build, TUNE_STEPS.get(name, 12)
 
 
 def write_trace(snap, path):
@@ -74,7 +75,7 @@ def run_one(name, mode, steps, out):
         # recomputation in torch 2.11: "returned NULL without setting an exception").
         torch.cuda.memory._record_memory_history(context=None, max_entries=2_000_000)
     start = time.perf_counter()
-    step = build("cuda")
+    step = build(torch.device("cuda"))
     built = time.perf_counter()
     times = []
     for _ in range(steps):
@@ -90,10 +91,13 @@ def run_one(name, mode, steps, out):
         peak_reserved=torch.cuda.max_memory_reserved(),
         peak_allocated=torch.cuda.max_memory_allocated(),
         build_s=round(built - start, 2),
-        step_s_median=round(statistics.median(times), 4),
+        # The first step (cuBLAS handles, compilation) is left out where there are others.
+        step_s_median=round(statistics.median(times[1:] or times), 4),
         torch=torch.__version__,
     )
-    result["ratio"] = round(result["peak_reserved"] / result["peak_allocated"], 4)
+    # PyTorch counts nothing with its cache off (PYTORCH_NO_CUDA_MEMORY_CACHING=1).
+    if result["peak_allocated"]:
+        result["ratio"] = round(result["peak_reserved"] / result["peak_allocated"], 4)
     if mode == "capture":
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
@@ -120,52 +124,71 @@ def tasks():
     return out
 
 
-def corpus(args):
-    """Runs every task in its own process, args.jobs at a time, and gives up on what has not
-    ended by args.deadline seconds (so the whole call fits the device's limit)."""
-    logs = os.path.join(args.corpus, "logs")
+def run_processes(tasks, jobs, deadline, logs):
+    """Runs each task (tag, argv, env) in its own process, `jobs` at a time, their output in
+    logs/<tag>.log; starts none later than 45 s before `deadline` (seconds from now) and kills
+    what is still running at it. Returns (task, output, exit code or None if never started,
+    seconds) per task."""
     os.makedirs(logs, exist_ok=True)
     start = time.monotonic()
-    pending, running, results = tasks(), [], []
-    me = os.path.abspath(__file__)
+    pending, running, done = list(tasks), [], []
     while pending or running:
         now = time.monotonic() - start
-        while pending and len(running) < args.jobs and now < args.deadline - 45:
-            name, mode, conf = pending.pop(0)
-            env = dict(os.environ, OMP_NUM_THREADS="2")
-            env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-            if conf:
-                env["PYTORCH_CUDA_ALLOC_CONF"] = conf
-            tag = f"{name}.{mode}.{'expandable' if conf else 'default'}"
-            log = open(os.path.join(logs, tag + ".log"), "w")
-            cmd = [sys.executable, me, args.corpus, "--one", name, "--mode", mode]
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-            running.append((proc, tag, log, time.monotonic(), (name, mode, conf)))
-            print(f"[{now:6.1f}s] start {tag}", flush=True)
+        while pending and len(running) < jobs and now < deadline - 45:
+            task = pending.pop(0)
+            log = open(os.path.join(logs, task[0] + ".log"), "w")
+            proc = subprocess.Popen(task[1], stdout=log, stderr=subprocess.STDOUT, env=task[2])
+            running.append((proc, task, log, time.monotonic()))
+            print(f"[{now:6.1f}s] start {task[0]}", flush=True)
         for item in list(running):
-            proc, tag, log, t0, task = item
-            late = time.monotonic() - start > args.deadline
-            if proc.poll() is None and not late:
+            proc, task, log, t0 = item
+            if proc.poll() is None and time.monotonic() - start <= deadline:
                 continue
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
             log.close()
             running.remove(item)
-            text = open(log.name).read()
-            found = [json.loads(line.split(" ", 1)[1]) for line in text.splitlines() if line.startswith(RESULT_TAG)]
-            r = found[0] if found else dict(zip(("name", "mode", "alloc_conf"), task), failed=True)
-            r.update(rc=proc.returncode, wall_s=round(time.monotonic() - t0, 1))
-            if not found:
-                r["error"] = text.strip().splitlines()[-1:] if text.strip() else ["no output"]
-            results.append(r)
-            print(f"[{time.monotonic() - start:6.1f}s] end {tag} rc={proc.returncode} "
-                  f"ratio={r.get('ratio')} rows={r.get('rows')} wall={r['wall_s']}", flush=True)
-        if pending and time.monotonic() - start >= args.deadline - 45 and not running:
+            wall = round(time.monotonic() - t0, 1)
+            done.append((task, open(log.name).read(), proc.returncode, wall))
+            print(f"[{time.monotonic() - start:6.1f}s] end {task[0]} rc={proc.returncode} wall={wall}", flush=True)
+        if pending and not running and time.monotonic() - start >= deadline - 45:
             break
         time.sleep(0.5)
-    for name, mode, conf in pending:
-        results.append(dict(name=name, mode=mode, alloc_conf=conf, failed=True, error=["not started: deadline"]))
+    return done + [(task, "not started: deadline", None, 0) for task in pending]
+
+
+def result_of(text):
+    """The child's CORPUS-RESULT, or None."""
+    found = [json.loads(line.split(" ", 1)[1]) for line in text.splitlines() if line.startswith(RESULT_TAG + " ")]
+    return found[0] if found else None
+
+
+def child_env(conf="", **extra):
+    """The environment of a child: PYTORCH_CUDA_ALLOC_CONF=conf only, few CPU threads each."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+    env.update(OMP_NUM_THREADS="2", **extra)
+    if conf:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+    return env
+
+
+def corpus(args):
+    """Every task in its own process (run_processes), then figures.json and a summary."""
+    me = os.path.abspath(__file__)
+    runs = []
+    for name, mode, conf in tasks():
+        tag = f"{name}.{mode}.{'expandable' if conf else 'default'}"
+        argv = [sys.executable, me, args.corpus, "--one", name, "--mode", mode]
+        runs.append((tag, argv, child_env(conf), (name, mode, conf)))
+    results = []
+    for (tag, _, _, (name, mode, conf)), text, rc, wall in run_processes(
+        runs, args.jobs, args.deadline, os.path.join(args.corpus, "logs")
+    ):
+        r = result_of(text) or dict(name=name, mode=mode, alloc_conf=conf, failed=True,
+                                    error=text.strip().splitlines()[-1:] or ["no output"])
+        r.update(rc=rc, wall_s=wall)
+        results.append(r)
     with open(os.path.join(args.corpus, "figures.json"), "w") as f:
         json.dump(results, f, indent=1)
     summarize(results)

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""The corpus on the GPU with rocmguard as the only cache (issue 24's GPU criterion).
+
+For every workload of data/traces/corpus.tsv that runs here, one process with PyTorch's cache
+off (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`) under `LD_PRELOAD=<librocmguard.so>`
+(`ROCMGUARD_STATS=1`): rocmguard's peak reserved / peak live from its exit table, beside
+PyTorch's own figures of the same workload (data/traces/gpu_figures.json). These run side by
+side (each process measures its own peaks). Then step time, rocmguard with the cache off
+against PyTorch's cache, in interleaved pairs of processes run one at a time (order alternating
+within pairs), the median of the pairs' ratios per workload. With `--tune-confs FILE`, each
+line `WORKLOAD CONF [PREDICTED_BYTES]` runs that workload with PyTorch's cache on and
+`PYTORCH_CUDA_ALLOC_CONF=CONF` (`default` for none; a `pytorch:` or `PYTORCH_HIP_ALLOC_CONF=`
+prefix is dropped, so `rocmguard tune`'s line pastes as it is) and prints the measured peak
+reserved, against the prediction when given; these run with the first batch.
+
+Usage:
+  python3 scripts/gpu/corpus_check.py --lib target/gpu/librocmguard.so [--jobs 8]
+      [--pairs 2] [--pair-workloads gpt2m_accum,moe_top2,vit_multires] [--only a,b]
+      [--tune-confs FILE] [--budget 510] [--json FILE] [--logs DIR]
+Exit status 1 when a workload gave no exit table or its ratio is over 1.05.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+import capture_traces  # noqa: E402
+import shim_output  # noqa: E402
+
+TARGET = 1.05
+# Traces whose program is a workload of another name, and those this script cannot run.
+WORKLOAD_OF = {"gpt2_train": "gpt2", "resnet_train": "resnet50"}
+NOT_RUN = {
+    "gpt2_nocache": "the same program as gpt2_train",
+    "model_swap_video": "scripts/gpu/swap.py, a program of its own (gpu-check runs it)",
+}
+
+
+def corpus():
+    """(trace, half) of data/traces/corpus.tsv."""
+    out = []
+    for line in (ROOT / "data/traces/corpus.tsv").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            cols = line.split("\t")
+            out.append((cols[0], cols[1]))
+    return out
+
+
+def pytorch_figures():
+    """trace -> {default, expandable_segments, recorded: {ratio, ...}} measured at capture."""
+    path = ROOT / "data/traces/gpu_figures.json"
+    return json.loads(path.read_text())["workloads"] if path.exists() else {}
+
+
+def clean_env(**extra):
+    """The environment with no rocmguard or preload settings of the caller's, plus extra."""
+    env = capture_traces.child_env(**extra)
+    for k in [k for k in env if k.startswith("ROCMGUARD_") or k == "LD_PRELOAD"]:
+        del env[k]
+    env.update(extra)
+    return env
+
+
+def shim_env(lib):
+    return clean_env(LD_PRELOAD=str(Path(lib).resolve()), PYTORCH_NO_CUDA_MEMORY_CACHING="1", ROCMGUARD_STATS="1")
+
+
+def argv(workload):
+    return [sys.executable, str(HERE / "capture_traces.py"), ".", "--one", workload, "--mode", "measure"]
+
+
+def shim_row(text):
+    """The exit table's device row with the highest peak reserved (helper processes, such as
+    Inductor's compile workers, print tables of their own), or None."""
+    rows = [row for table in shim_output.parse_tables(text) for row in table.values()]
+    return max(rows, key=lambda r: r["peak_reserved"], default=None)
+
+
+def parse_conf(conf):
+    for prefix in ("PYTORCH_HIP_ALLOC_CONF=", "PYTORCH_CUDA_ALLOC_CONF=", "pytorch:"):
+        conf = conf[len(prefix) :] if conf.startswith(prefix) else conf
+    return "" if conf in ("default", "pytorch") else conf
+
+
+def read_tune_confs(path):
+    """(workload, conf, predicted bytes or None) per line of FILE."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        name = WORKLOAD_OF.get(words[0], words[0])
+        out.append((name, parse_conf(words[1]) if len(words) > 1 else "", int(words[2]) if len(words) > 2 else None))
+    return out
+
+
+def memory(args, runnable, confs, deadline, logs):
+    """The shim run of every workload and the --tune-confs runs, side by side."""
+    tasks = [(f"shim.{w}", argv(w), shim_env(args.lib), ("shim", w, None)) for w in runnable]
+    for i, (w, conf, predicted) in enumerate(confs):
+        tasks.append((f"tune{i}.{w}", argv(w), clean_env(PYTORCH_CUDA_ALLOC_CONF=conf) if conf else clean_env(),
+                      ("tune", w, (conf, predicted))))
+    return capture_traces.run_processes(tasks, args.jobs, deadline, logs)
+
+
+def step_pairs(args, deadline, logs):
+    """Interleaved processes, one at a time: (workload, pair) -> {who: step seconds}."""
+    tasks = []
+    for w in args.pair_workloads.split(","):
+        for k in range(args.pairs):
+            order = ("torch", "shim") if k % 2 == 0 else ("shim", "torch")
+            for who in order:
+                env = shim_env(args.lib) if who == "shim" else clean_env()
+                tasks.append((f"time.{w}.{k}.{who}", argv(w), env, (w, k, who)))
+    times = {}
+    for (_, _, _, (w, k, who)), text, rc, _ in capture_traces.run_processes(tasks, 1, deadline, logs):
+        r = capture_traces.result_of(text)
+        if r:
+            times.setdefault((w, k), {})[who] = r["step_s_median"]
+        else:
+            print(f"TIME {w} pair {k} {who}: no result (exit {rc}): {shim_output.tail(text, 3)}", flush=True)
+    return times
+
+
+def report_memory(done, halves, figures, out):
+    """Prints a CORPUS line per workload and a summary per half; returns whether all passed."""
+    ok, by_half = True, {}
+    print(f"\n{'trace':<16} {'half':<6} {'rocmguard':>9} {'torch':>7} {'expand':>7}  peak reserved / peak live")
+    for (tag, _, _, (kind, w, extra)), text, rc, wall in done:
+        if kind != "shim":
+            continue
+        trace = next((t for t, _ in halves if WORKLOAD_OF.get(t, t) == w), w)
+        half = dict(halves).get(trace, "?")
+        row = shim_row(text)
+        fig = figures.get(trace, {})
+        torch_r = fig.get("default", {}).get("ratio")
+        exp_r = fig.get("expandable_segments", {}).get("ratio")
+        ratio = row["peak_reserved_per_live"] if row else None
+        out["memory"][trace] = dict(half=half, rocmguard=ratio, row=row, pytorch_default=torch_r,
+                                    pytorch_expandable=exp_r, exit=rc, wall_s=wall)
+        if ratio is None:
+            ok = False
+            print(f"CORPUS {trace:<16} {half:<6} {'none':>9}  (exit {rc}: {shim_output.tail(text, 2)})")
+            continue
+        ok &= ratio <= TARGET
+        by_half.setdefault(half, []).append(ratio)
+        cells = [f"{v:.3f}" if v else "-" for v in (torch_r, exp_r)]
+        print(f"CORPUS {trace:<16} {half:<6} {ratio:>9.3f} {cells[0]:>7} {cells[1]:>7}  "
+              f"{shim_output.fmt_bytes(row['peak_reserved'])} / {shim_output.fmt_bytes(row['peak_live'])}"
+              + ("  OVER" if ratio > TARGET else ""))
+    for half, rs in sorted(by_half.items()):
+        over = sum(r > TARGET for r in rs)
+        print(f"HALF {half:<6} workloads {len(rs)} median {statistics.median(rs):.3f} max {max(rs):.3f} over-{TARGET} {over}")
+        out["halves"][half] = dict(n=len(rs), median=statistics.median(rs), max=max(rs), over=over)
+    return ok
+
+
+def report_tune(done, out):
+    lines = [d for d in done if d[0][3][0] == "tune"]
+    if lines:
+        print(f"\n{'workload':<16} {'PYTORCH_CUDA_ALLOC_CONF':<48} {'peak reserved':>15} {'predicted':>15} {'meas/pred':>9}")
+    for (tag, _, _, (_, w, (conf, predicted))), text, rc, _ in lines:
+        r = capture_traces.result_of(text)
+        got = r["peak_reserved"] if r else None
+        rel = f"{got / predicted:.4f}" if got and predicted else "-"
+        print(f"CONF {w:<16} {conf or 'default':<48} {got if got else 'failed':>15} {predicted or '-':>15} {rel:>9}")
+        out["tune"].append(dict(workload=w, conf=conf, measured_peak_reserved=got, predicted=predicted,
+                                peak_allocated=r["peak_allocated"] if r else None, exit=rc))
+
+
+def report_times(times, out):
+    print("\nstep time, rocmguard (cache off) / PyTorch's cache, interleaved processes, median of pairs")
+    per = {}
+    for (w, k), t in sorted(times.items()):
+        if "shim" in t and "torch" in t:
+            per.setdefault(w, []).append(t["shim"] / t["torch"])
+    for w, rs in per.items():
+        m = statistics.median(rs)
+        print(f"TIME {w:<16} pairs {len(rs)} median {m:.4f} ({(m - 1) * 100:+.2f}%) pairs {' '.join(f'{r:.4f}' for r in rs)}")
+        out["step_time"][w] = dict(pairs=rs, median=m)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lib", required=True, help="librocmguard.so")
+    p.add_argument("--jobs", type=int, default=8, help="memory runs side by side")
+    p.add_argument("--pairs", type=int, default=2)
+    p.add_argument("--pair-workloads", default="gpt2m_accum,moe_top2,vit_multires")
+    p.add_argument("--only", help="workloads (trace names) to run, comma-separated")
+    p.add_argument("--tune-confs", metavar="FILE")
+    p.add_argument("--budget", type=float, default=510.0, help="seconds for the whole run")
+    p.add_argument("--logs", default="/tmp/corpus_check_logs", help="one log per process")
+    p.add_argument("--json", help="write the figures here (default: $OUT/corpus_check.json if OUT is set)")
+    args = p.parse_args()
+    start = time.monotonic()
+    halves = corpus()
+    wanted = set(args.only.split(",")) if args.only else None
+    runnable = []
+    for trace, _ in halves:
+        if trace in NOT_RUN:
+            print(f"not run: {trace}: {NOT_RUN[trace]}")
+        elif wanted is None or trace in wanted:
+            runnable.append(WORKLOAD_OF.get(trace, trace))
+    confs = read_tune_confs(args.tune_confs) if args.tune_confs else []
+    logs = args.logs
+    # Memory first, side by side; what is left of the budget goes to the step-time pairs,
+    # about 20 s a process.
+    pair_s = 20 * 2 * args.pairs * len(args.pair_workloads.split(","))
+    done = memory(args, runnable, confs, max(120.0, args.budget - pair_s - 30), logs)
+    out = dict(memory={}, halves={}, tune=[], step_time={})
+    ok = report_memory(done, halves, pytorch_figures(), out)
+    report_tune(done, out)
+    left = args.budget - (time.monotonic() - start)
+    report_times(step_pairs(args, left, logs) if args.pairs and left > 60 else {}, out)
+    path = args.json or (os.path.join(os.environ["OUT"], "corpus_check.json") if os.environ.get("OUT") else None)
+    if path:
+        Path(path).write_text(json.dumps(out, indent=1))
+    print(f"\ncorpus_check: {'all within' if ok else 'NOT all within'} {TARGET} ({time.monotonic() - start:.0f} s)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
