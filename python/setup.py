@@ -1,5 +1,5 @@
-"""Packs the prebuilt `rocmguard` CLI and `librocmguard.so` into a wheel (scripts/wheel.sh
-stages them beside this file first; nothing is compiled here)."""
+"""Packs the prebuilt `rocmguard` CLI, `librocmguard.so` and hipsim's `libamdhip64.so` into a
+wheel (scripts/wheel.sh stages them beside this file first; nothing is compiled here)."""
 
 import os
 
@@ -16,7 +16,12 @@ setup(
     packages=["rocmguard"],
     # The native CLI goes to <prefix>/bin (data, not `scripts`, which setuptools reads as text
     # to rewrite a shebang), keeping its executable bit; the library to <prefix>/lib, the
-    # `../lib` beside the command where the CLI looks for it.
-    data_files=[("bin", ["bin/rocmguard"]), ("lib", ["lib/librocmguard.so"])],
+    # `../lib` beside the command where the CLI looks for it; hipsim, the simulated runtime, to
+    # <prefix>/lib/rocmguard-hipsim/lib, a ROCm-like root for `rocmguard run --sim`.
+    data_files=[
+        ("bin", ["bin/rocmguard"]),
+        ("lib", ["lib/librocmguard.so"]),
+        ("lib/rocmguard-hipsim/lib", ["hipsim/libamdhip64.so"]),
+    ],
     classifiers=["Operating System :: POSIX :: Linux", "Environment :: GPU"],
 )

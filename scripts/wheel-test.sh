@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the wheel (scripts/wheel.sh), installs it with `pip install --no-index` into a fresh
-# venv, and checks what a pip user gets: the `rocmguard` command, `python -m rocmguard`, and
-# that `rocmguard run` preloads the library that came in the wheel (not a checkout's). Prints
+# venv, and checks what a pip user gets: the `rocmguard` command, `python -m rocmguard`, that
+# `rocmguard run` preloads the library that came in the wheel (not a checkout's), and that
+# `rocmguard run --sim` runs a program on the wheel's simulator. Prints
 # one line per check; exits 1 on the first that fails. Also checks the from-source layout of
 # scripts/install.sh.
 set -euo pipefail
@@ -32,6 +33,22 @@ for launcher in "rocmguard" "python -m rocmguard"; do
     [ "$maps" = "$want" ] || fail "'$launcher run' preloaded '${maps:-nothing}', not $want"
     echo "wheel: ok: '$launcher run -- CMD' preloads $maps"
 done
+
+# `rocmguard run --sim`: a program that opens libamdhip64.so itself (ctypes) gets the wheel's
+# hipsim, under the shim: the capped view, with no checkout and no ROCm on the machine.
+sim=$(cd "$venv/lib" && pwd -P)/rocmguard-hipsim/lib/libamdhip64.so
+probe='import ctypes, re
+hip = ctypes.CDLL("libamdhip64.so")
+free, total = ctypes.c_size_t(), ctypes.c_size_t()
+assert hip.hipMemGetInfo(ctypes.byref(free), ctypes.byref(total)) == 0
+maps = set(re.findall(r"/\S*lib(?:amdhip64|rocmguard)\.so", open("/proc/self/maps").read()))
+print(total.value, " ".join(sorted(maps)))'
+err=$(dirname "$venv")/sim.err
+out=$(cd / && "${clean[@]}" rocmguard run --quiet --sim --cap 1GiB -- python -c "$probe" 2>"$err") ||
+    fail "rocmguard run --sim: $out $(cat "$err")"
+[ "$out" = "$((1 << 30)) $want $sim" ] ||
+    fail "rocmguard run --sim --cap 1GiB: '$out', not the capped 1 GiB from $sim under the wheel's library"
+echo "wheel: ok: 'rocmguard run --sim --cap 1GiB -- CMD' runs on the wheel's hipsim: hipMemGetInfo total 1 GiB"
 
 # From source: scripts/install.sh PREFIX gives a `rocmguard` that preloads PREFIX's library.
 prefix=$(dirname "$venv")/prefix

@@ -7,7 +7,9 @@ use std::process::{Command, Output};
 
 use rocmguard_cli::run::profiles;
 use rocmguard_core::KEYS;
-use rocmguard_tests::{cli, cli_command, output, release_dir, root, scratch_dir, shim_lib, text};
+use rocmguard_tests::{
+    cli, cli_command, compile_c, output, release_dir, root, scratch_dir, shim_lib, text,
+};
 
 const SIGTERM: i32 = 15;
 
@@ -586,4 +588,40 @@ fn unknown_options_are_refused_with_a_suggestion() {
     assert!(stdout(&out).contains("exec ls -la"), "{}", text(&out));
     let out = run(&["--dry-run", "--", "--weird"]);
     assert!(stdout(&out).contains("exec --weird"), "{}", text(&out));
+}
+
+/// `rocmguard run --sim` runs a program on hipsim, under the guard, after `cargo build
+/// --release` alone: a program linked against the runtime's soname and one that opens
+/// `libamdhip64.so` by name (Python's ctypes) both get the simulator and the capped device.
+#[test]
+fn sim_runs_a_program_on_the_simulated_runtime() {
+    // 3 x 3 MiB asked of a 16 GiB simulated device under a cap of 8 MiB.
+    let exe = compile_c(
+        "cli_run_refusals",
+        &["guard_refusals.c"],
+        &["-lamdhip64", "-ldl", "-pthread"],
+    );
+    let exe = exe.display().to_string();
+    let out = run(&["--sim", "--cap", "8MiB", "--", &exe, "3", "3"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let seen = stdout(&out);
+    assert!(seen.contains("granted 2\nrefused 1"), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("SIMULATED HIP runtime"),
+        "{}",
+        text(&out)
+    );
+
+    let probe = "import ctypes\n\
+        hip = ctypes.CDLL('libamdhip64.so')\n\
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()\n\
+        print(hip.hipMemGetInfo(ctypes.byref(free), ctypes.byref(total)), total.value)";
+    let out = run(&["--sim", "--cap", "1GiB", "--", "python3", "-c", probe]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("0 {}", 1u64 << 30),
+        "{}",
+        text(&out)
+    );
 }

@@ -5,6 +5,7 @@
 
 pub mod keys;
 pub mod profiles;
+pub mod sim;
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Write};
@@ -24,7 +25,7 @@ pub const LIB_NAME: &str = "librocmguard.so";
 #[derive(clap::Args)]
 #[command(
     override_usage = "rocmguard run [OPTIONS] [--] COMMAND [ARGS]...\n       rocmguard run --list-profiles",
-    after_help = "Examples:\n  rocmguard run --cap 20GiB -- python train.py\n  rocmguard run --profile strix-halo --stats -- python generate.py\n  rocmguard run --profile rdna2 --set trim_threshold=0.7 -- torchrun --nproc-per-node 2 train.py\n\nProfiles: built-in ones (--list-profiles) and yours in $XDG_CONFIG_HOME/rocmguard/profiles.toml (or --profile-file); later ones win, and options win over profiles."
+    after_help = "Examples:\n  rocmguard run --cap 20GiB -- python train.py\n  rocmguard run --sim --cap 4GiB -- python try.py   # on hipsim, the simulated HIP runtime (no GPU)\n  rocmguard run --profile strix-halo --stats -- python generate.py\n  rocmguard run --profile rdna2 --set trim_threshold=0.7 -- torchrun --nproc-per-node 2 train.py\n\nProfiles: built-in ones (--list-profiles) and yours in $XDG_CONFIG_HOME/rocmguard/profiles.toml (or --profile-file); later ones win, and options win over profiles."
 )]
 pub struct Args {
     #[command(flatten)]
@@ -49,6 +50,10 @@ pub struct Args {
     /// The librocmguard.so to preload [default: $ROCMGUARD_LIB, else beside this binary or in ../lib]
     #[arg(long, value_name = "PATH")]
     lib: Option<PathBuf>,
+
+    /// Run on hipsim, rocmguard's simulated HIP runtime (no GPU used; HIPSIM_VRAM sets its memory, 16GiB by default)
+    #[arg(long)]
+    sim: bool,
 
     /// Print the environment and command instead of running it
     #[arg(long)]
@@ -112,7 +117,24 @@ pub fn exec(args: Args) -> Result<u8> {
 
     check_cap(&assignments)?;
     let lib = find_library(args.lib.as_deref())?;
-    let preload = preload_value(&lib, std::env::var_os("LD_PRELOAD").as_deref());
+    let mut inherited = std::env::var_os("LD_PRELOAD").unwrap_or_default();
+    let mut sim_vars = Vec::new();
+    if args.sim {
+        let root = sim::root(&std::env::current_exe()?)?;
+        let mut with_sim = sim::runtime(&root).into_os_string();
+        with_sim.push(":");
+        with_sim.push(&inherited);
+        inherited = with_sim;
+        sim_vars = sim::variables(&root, std::env::var_os("LD_LIBRARY_PATH"));
+        if !args.quiet {
+            eprintln!(
+                "rocmguard: --sim: on hipsim, the SIMULATED HIP runtime in {} (no GPU is used; \
+                 HIPSIM_VRAM sets its memory, 16GiB by default)",
+                root.join("lib").display()
+            );
+        }
+    }
+    let preload = preload_value(&lib, Some(&inherited));
 
     if !args.quiet && !applied.is_empty() {
         eprint!(
@@ -122,6 +144,13 @@ pub fn exec(args: Args) -> Result<u8> {
     }
     if args.dry_run {
         let mut text = format!("LD_PRELOAD={}\n", shell_quote(&preload.to_string_lossy()));
+        for (var, value) in &sim_vars {
+            text.push_str(&format!(
+                "{}={}\n",
+                var,
+                shell_quote(&value.to_string_lossy())
+            ));
+        }
         for a in &assignments {
             text.push_str(&format!("{}={}\n", a.var, shell_quote(&a.value)));
         }
@@ -140,7 +169,7 @@ pub fn exec(args: Args) -> Result<u8> {
         None => bail!("no command to run: rocmguard run [options] -- COMMAND ARGS..."),
     };
     let mut cmd = Command::new(program);
-    cmd.args(rest).env("LD_PRELOAD", &preload);
+    cmd.args(rest).env("LD_PRELOAD", &preload).envs(sim_vars);
     for a in &assignments {
         cmd.env(&a.var, &a.value);
     }

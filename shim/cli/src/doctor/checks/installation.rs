@@ -26,7 +26,7 @@ pub(super) fn libraries(ctx: &Context) -> Vec<Check> {
             "hip-runtime",
             "HIP runtime",
             probe::RUNTIME_NAMES,
-            "install ROCm (https://rocm.docs.amd.com) or a PyTorch ROCm wheel, which bundles its own in torch/lib; without AMD hardware, LD_LIBRARY_PATH=target/release/hipsim-lib uses rocmguard's simulator",
+            "install ROCm (https://rocm.docs.amd.com) or a PyTorch ROCm wheel, which bundles its own in torch/lib; without AMD hardware, `rocmguard run --sim -- CMD` runs a program on rocmguard's simulator",
         ),
         (
             "rocblas",

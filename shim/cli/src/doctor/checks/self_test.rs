@@ -95,7 +95,7 @@ fn judge(ctx: &Context, report: &Result<Report, String>) -> (Status, String, Opt
                     "no HIP runtime found ({})",
                     r.load_errors.first().map(String::as_str).unwrap_or("nothing loaded")
                 ),
-                Some("the self-test needs libamdhip64.so on the loader path; without AMD hardware, LD_LIBRARY_PATH=target/release/hipsim-lib runs it on rocmguard's simulator".to_string()),
+                Some("the self-test needs libamdhip64.so on the loader path; without AMD hardware, `rocmguard run --sim -- rocmguard doctor` runs it on rocmguard's simulator".to_string()),
             )
         }
     };
