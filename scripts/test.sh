@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages="gcc python3 libamdhip64-5 libamdhip64-dev rustc cargo librust-once-cell-dev"
+packages="gcc python3 python3-venv libamdhip64-5 libamdhip64-dev rustc cargo librust-once-cell-dev"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -26,20 +26,23 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
 # The test stages all run, each one's output kept to count its tests; the last line is the
-# verdict, `N passed, N failed` (scripts/verdict.sh says how it counts).
+# verdict, `N passed, N failed` (scripts/verdict.sh says how it counts). A stage's own count is
+# shown as `STAGE: N passed, N failed`, so the verdict is the one line of that form.
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 stage() {
     local name=$1
     shift
     set +e
-    "$@" 2>&1 | tee "$logs/$name.log"
+    "$@" 2>&1 | tee "$logs/$name.log" | sed -u -E "s/^([0-9]+ passed, [0-9]+ failed)$/$name: \1/"
     echo "${PIPESTATUS[0]}" >"$logs/$name.rc"
     set -e
 }
 stage 1-cargo cargo test --workspace --release --no-fail-fast
 # The wheel and the from-source install, as a user gets them (fresh venv, pip --no-index).
 stage 1-wheel scripts/wheel-test.sh
+# PyPI's hip-python and rocm-bindings-hip, installed with pip, on hipsim under the shim.
+stage 1-pypi scripts/pypi-clients.sh
 # The GPU check's driver (scripts/gpu-check.sh) judged against fake runs; its tests that need
 # PyTorch skip without it.
 stage 2-python python3 scripts/gpu/test_driver.py
