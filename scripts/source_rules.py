@@ -4,7 +4,8 @@
 - no source reaches for the workplace's shared folder beside the checkout (a clone alone must
   pass; the folder's path is spelled below in parts, so this file does not name it whole);
 - no `#[path]` or `include!` in shim/ or windows/: crates share crates, not text;
-- no Rust source file of shim/ or windows/ over 700 lines (one concern per file);
+- no Rust source file of shim/ or windows/, and no script or program of scripts/ (.py, .sh, .c,
+  .cu), over 700 lines (one concern per file);
 - every `unsafe { ... }` block in shim/, windows/ and tests/ has a `// SAFETY:` comment on one
   of the four lines above it (or on its own line).
 
@@ -36,6 +37,10 @@ def main():
             for n, line in enumerate(open(path, errors="replace"), 1):
                 if SHARED in line:
                     breaches.append(f"{rel(path)}:{n}: reaches outside the checkout for {SHARED}")
+    for path in sources("scripts", (".py", ".sh", ".c", ".cu")):
+        count = sum(1 for _ in open(path, errors="replace"))
+        if count > MAX_LINES:
+            breaches.append(f"{rel(path)}:1: {count} lines (at most {MAX_LINES})")
     for top in ["shim", "windows", "tests"]:
         for path in sources(top, (".rs",)):
             lines = open(path, errors="replace").read().split("\n")
