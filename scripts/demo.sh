@@ -10,7 +10,9 @@ root=$PWD
 trace=${1:-$root/data/traces/resnet_train.csv.gz}
 [ -f "$trace" ] || { echo "demo: no trace at $trace (give one as the first argument)" >&2; exit 2; }
 
-cargo build --release --quiet
+# The first build takes minutes: cargo's own progress shows it is working.
+echo "demo: building rocmguard, hipsim and the trace player (cargo build --release)..."
+cargo build --release
 rel=$root/target/release
 lib=$rel/hipsim-lib
 mkdir -p "$lib"
