@@ -54,12 +54,20 @@ pub struct Trace {
     pub unknown_segment_frees: u64,
     /// Rows that replays skip: the shim's own events, failed requests, snapshot markers.
     pub skipped: u64,
+    /// Stream of each allocation (0, 1, ... in order of first use); empty when the trace has
+    /// one stream.
+    pub streams: Vec<u32>,
 }
 
 impl Trace {
     /// Allocations and frees: what a policy replays.
     pub fn events(&self) -> u64 {
         self.allocs + self.frees
+    }
+
+    /// The stream allocation `id` was made on (PyTorch caches blocks per stream).
+    pub fn stream(&self, id: u32) -> u32 {
+        self.streams.get(id as usize).copied().unwrap_or(0)
     }
 }
 
@@ -145,8 +153,8 @@ fn load_csv(file: &str, name: &str, input: impl BufRead) -> Result<Vec<Trace>, L
     let mut devices: BTreeMap<i32, Builder> = BTreeMap::new();
     loop {
         // Copy the row out: it borrows the reader's line buffer.
-        let (action, pointer, size, time, device) = match reader.next_event() {
-            Ok(Some(e)) => (e.action, e.pointer, e.size, e.time_us, e.device),
+        let (action, pointer, size, time, device, stream) = match reader.next_event() {
+            Ok(Some(e)) => (e.action, e.pointer, e.size, e.time_us, e.device, e.stream),
             Ok(None) => break,
             Err(e) => {
                 return Err(LoadError {
@@ -167,7 +175,7 @@ fn load_csv(file: &str, name: &str, input: impl BufRead) -> Result<Vec<Trace>, L
         devices
             .entry(device)
             .or_default()
-            .push(step, pointer, size, time)
+            .push_on(step, pointer, size, time, stream)
             .map_err(|message| LoadError {
                 file: file.to_string(),
                 line: Some(line),
@@ -233,10 +241,12 @@ pub(crate) struct Builder {
     live_bytes: u64,
     first_time: Option<u64>,
     last_time: u64,
+    /// Stream values seen, numbered in order of first use.
+    stream_ids: HashMap<u64, u32>,
 }
 
 impl Builder {
-    /// Adds one row; an error says what is wrong with it.
+    /// Adds one row of stream 0; an error says what is wrong with it.
     pub(crate) fn push(
         &mut self,
         step: Step,
@@ -244,6 +254,20 @@ impl Builder {
         size: u64,
         time_us: u64,
     ) -> Result<(), String> {
+        self.push_on(step, pointer, size, time_us, 0)
+    }
+
+    /// Adds one row made on `stream`.
+    pub(crate) fn push_on(
+        &mut self,
+        step: Step,
+        pointer: u64,
+        size: u64,
+        time_us: u64,
+        stream: u64,
+    ) -> Result<(), String> {
+        let next = self.stream_ids.len() as u32;
+        let stream = *self.stream_ids.entry(stream).or_insert(next);
         let t = &mut self.trace;
         if step == Step::Skip {
             t.skipped += 1;
@@ -271,6 +295,7 @@ impl Builder {
                 let id = u32::try_from(t.allocs)
                     .map_err(|_| "more than 4 billion allocations in one trace".to_string())?;
                 t.allocs += 1;
+                t.streams.push(stream);
                 self.live.insert(pointer, (id, size));
                 // Saturating: a crafted file of many 4 PiB rows must not wrap the sum.
                 self.live_bytes = self.live_bytes.saturating_add(size);
@@ -317,6 +342,9 @@ impl Builder {
 
     pub(crate) fn finish(self) -> Trace {
         let mut t = self.trace;
+        if t.streams.iter().all(|&s| s == 0) {
+            t.streams = Vec::new();
+        }
         t.live_at_end = self.live.len() as u64;
         t.live_at_end_bytes = self.live_bytes;
         t

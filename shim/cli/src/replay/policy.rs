@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use rocmguard_core::pool::{SEGMENT, SMALL_REQUEST};
 use rocmguard_core::{Config, CountingSource, Pool, PoolOptions, KEYS};
 
+use super::cost::{Call, Clock, TimedSource, PROVISIONAL};
 use super::load::{Op, Trace};
+use super::torch::{self, TorchConf};
 
 /// The capacity of a device without limit: far above any trace (sizes stop at 4 PiB), far enough
 /// below `u64::MAX` that the pool's sums cannot wrap.
@@ -16,10 +18,14 @@ pub const UNLIMITED: u64 = 1 << 60;
 pub const RESOLUTION: u64 = SEGMENT;
 
 /// The policies and what they mean, for help and error messages.
-pub const POLICIES: [(&str, &str); 3] = [
+pub const POLICIES: [(&str, &str); 4] = [
     (
         "rocmguard[:KEY=VALUE,...]",
         "rocmguard's pool, default options or the given config keys",
+    ),
+    (
+        "pytorch[:CONF]",
+        "PyTorch's caching allocator; CONF as in PYTORCH_HIP_ALLOC_CONF",
     ),
     (
         "passthrough",
@@ -34,6 +40,7 @@ pub const POLICIES: [(&str, &str); 3] = [
 #[derive(Clone, Debug, PartialEq)]
 pub enum Kind {
     Pool(Box<Config>),
+    Torch(Box<TorchConf>),
     Passthrough,
     Recorded,
 }
@@ -73,9 +80,14 @@ impl Policy {
                 }
                 Kind::Pool(Box::new(config))
             }
+            "pytorch" => Kind::Torch(Box::new(
+                TorchConf::parse(knobs.unwrap_or(""))
+                    .map_err(|e| format!("policy `{}`: {}", spec.trim(), e))?,
+            )),
             "passthrough" | "recorded" if knobs.is_some() => {
                 return Err(format!(
-                    "policy `{}` takes no knobs; only rocmguard does (rocmguard:KEY=VALUE,...)",
+                    "policy `{}` takes no knobs; rocmguard (rocmguard:KEY=VALUE,...) and pytorch \
+                     (pytorch:KEY:VALUE,...) do",
                     spec
                 ))
             }
@@ -149,6 +161,8 @@ pub struct Outcome {
     pub source_frees: u64,
     /// Device synchronizes the pool asked for.
     pub syncs: u64,
+    /// Modelled time of the driver calls, microseconds ([`super::cost`]).
+    pub driver_us: f64,
     /// Allocations that failed at the capacity.
     pub ooms: u64,
     /// Allocations and frees replayed (fewer when the replay stopped at its first OOM).
@@ -192,7 +206,7 @@ impl Timeline {
         }
     }
 
-    fn record(&mut self, trace: &Trace, i: usize, live: u64, reserved: u64) {
+    pub(super) fn record(&mut self, trace: &Trace, i: usize, live: u64, reserved: u64) {
         let x = if self.by_index {
             i as u64
         } else {
@@ -256,6 +270,9 @@ pub fn replay(
             stop_at_oom,
             timeline.as_deref_mut(),
         ),
+        Kind::Torch(conf) => {
+            torch::replay(trace, conf, capacity, stop_at_oom, timeline.as_deref_mut())
+        }
         Kind::Passthrough => {
             replay_passthrough(trace, capacity, stop_at_oom, timeline.as_deref_mut())
         }
@@ -278,10 +295,14 @@ fn replay_pool(
     let mut options = PoolOptions::from_config(config, capacity);
     // No other thread can free memory during a replay: waiting before a retry only costs time.
     options.backoff = Duration::ZERO;
-    let pool = Pool::new(CountingSource::new(capacity), options);
+    let source = TimedSource {
+        inner: CountingSource::new(capacity),
+        clock: Clock::new(&PROVISIONAL),
+    };
+    let pool = Pool::new(source, options);
     // A trace holds one program's requests in the order it made them: with `ordered_reuse` the
     // replay is that of a program with all its work on one stream.
-    pool.source().set_in_order(config.ordered_reuse);
+    pool.source().inner.set_in_order(config.ordered_reuse);
     // Pool address of each allocation, 0 while it is not live (the counting device starts far
     // above 0).
     let mut addrs = vec![0u64; trace.allocs as usize];
@@ -314,7 +335,7 @@ fn replay_pool(
             Op::SegAlloc { .. } | Op::SegFree { .. } => continue,
         }
         if let Some(t) = timeline.as_deref_mut() {
-            t.record(trace, i, live, pool.source().used());
+            t.record(trace, i, live, pool.source().inner.used());
         }
     }
     let s = pool.stats();
@@ -326,6 +347,7 @@ fn replay_pool(
         syncs: s.syncs,
         ooms,
         events,
+        driver_us: pool.source().clock.us(),
         elapsed: Duration::ZERO,
     }
 }
@@ -346,6 +368,7 @@ fn replay_passthrough(
 ) -> Outcome {
     let mut held = vec![false; trace.allocs as usize];
     let mut o = Outcome::default();
+    let clock = Clock::new(&PROVISIONAL);
     let (mut live, mut reserved) = (0u64, 0u64);
     for (i, op) in trace.ops.iter().enumerate() {
         match *op {
@@ -359,6 +382,7 @@ fn replay_passthrough(
                     }
                 } else {
                     held[id as usize] = true;
+                    clock.add(Call::Malloc, need, 1);
                     reserved += need;
                     live += size;
                     o.source_allocs += 1;
@@ -369,6 +393,7 @@ fn replay_passthrough(
             Op::Free { id, size } => {
                 o.events += 1;
                 if std::mem::replace(&mut held[id as usize], false) {
+                    clock.add(Call::Free, driver_size(size), 1);
                     reserved -= driver_size(size);
                     live -= size;
                     o.source_frees += 1;
@@ -380,6 +405,7 @@ fn replay_passthrough(
             t.record(trace, i, live, reserved);
         }
     }
+    o.driver_us = clock.us();
     o
 }
 
@@ -387,6 +413,7 @@ fn replay_passthrough(
 /// OOMs are the segment allocations that would not have fit in `capacity`.
 fn replay_recorded(trace: &Trace, capacity: u64, mut timeline: Option<&mut Timeline>) -> Outcome {
     let mut o = Outcome::default();
+    let clock = Clock::new(&PROVISIONAL);
     let (mut live, mut reserved) = (0u64, 0u64);
     for (i, op) in trace.ops.iter().enumerate() {
         match *op {
@@ -401,6 +428,7 @@ fn replay_recorded(trace: &Trace, capacity: u64, mut timeline: Option<&mut Timel
             }
             Op::SegAlloc { size } => {
                 reserved = reserved.saturating_add(size);
+                clock.add(Call::Malloc, size, 1);
                 o.source_allocs += 1;
                 o.peak_reserved = o.peak_reserved.max(reserved);
                 if reserved > capacity {
@@ -409,6 +437,7 @@ fn replay_recorded(trace: &Trace, capacity: u64, mut timeline: Option<&mut Timel
             }
             Op::SegFree { size } => {
                 reserved = reserved.saturating_sub(size);
+                clock.add(Call::Free, size, 1);
                 o.source_frees += 1;
             }
         }
@@ -416,6 +445,7 @@ fn replay_recorded(trace: &Trace, capacity: u64, mut timeline: Option<&mut Timel
             t.record(trace, i, live, reserved);
         }
     }
+    o.driver_us = clock.us();
     o
 }
 

@@ -108,8 +108,9 @@ pub fn load(file: &str, name: &str, input: impl BufRead) -> Result<Vec<Trace>, L
             if let Some(t) = number("time_us")? {
                 last_time = t;
             }
+            let stream = number("stream")?.unwrap_or(0);
             builder
-                .push(step, addr, size, last_time)
+                .push_on(step, addr, size, last_time, stream)
                 .map_err(|m| at(Some(i), m))?;
         }
         devices.insert(device, builder);
