@@ -4,7 +4,7 @@ runtime themselves: `hip-python` (`from hip import hip`, dlopen of `libamdhip64.
 
     python client.py hip|rocm CAP_BYTES
 
-Run by scripts/pypi-clients.sh under `rocmguard run --sim --cap CAP`. Prints one `name value`
+Run by scripts/pypi-clients.sh on hipsim under the shim with a cap. Prints one `name value`
 line per thing it saw, for the script to judge, and exits 0 unless a call it needs fails.
 """
 import ctypes
@@ -33,7 +33,7 @@ def main():
     # A small block, written and read back through hipMemcpy, freed, then asked for again:
     # the second one is served from the pool (the guard's stats at exit count it as a hit).
     pattern = bytes((i * 7 + 3) % 251 for i in range(BLOCK))
-    for round in range(2):
+    for n in range(2):
         err, dev = hip.hipMalloc(BLOCK)
         assert err == ok, err
         src = ctypes.create_string_buffer(pattern, BLOCK)
@@ -42,7 +42,7 @@ def main():
         assert err == ok, err
         (err,) = hip.hipMemcpy(back, dev, BLOCK, hip.hipMemcpyKind.hipMemcpyDeviceToHost)
         assert err == ok, err
-        print(f"roundtrip{round}", "intact" if back.raw == pattern else "corrupt")
+        print(f"roundtrip{n}", "intact" if back.raw == pattern else "corrupt")
         (err,) = hip.hipFree(dev)
         assert err == ok, err
 
