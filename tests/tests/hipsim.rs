@@ -737,14 +737,14 @@ fn driver_costs_grow_with_the_size_and_are_off_by_default() {
         "unmap",
         "release",
     ];
-    // Every call: 2 ms, plus 40 ms per GiB.
+    // Every call: 2 ms, plus 400 ms per GiB (202 ms at 512 MiB).
     let vars: Vec<String> = CALLS
         .iter()
         .map(|c| format!("HIPSIM_COST_{}", c.to_uppercase()))
         .collect();
     let env: Vec<(&str, &str)> = vars
         .iter()
-        .map(|v| (v.as_str(), "2000+40000/GiB"))
+        .map(|v| (v.as_str(), "2000+400000/GiB"))
         .collect();
     let big = costs(512 * MIB, &env);
     let small = costs(4 * KIB, &env);
@@ -752,9 +752,61 @@ fn driver_costs_grow_with_the_size_and_are_off_by_default() {
     for call in CALLS {
         let (b, s, o) = (big[call], small[call], off[call]);
         assert_eq!((b.1, s.1, o.1), (SUCCESS, SUCCESS, SUCCESS), "{}", call);
-        assert!(b.0 >= 22_000.0, "{} of 512 MiB took {} us", call, b.0);
+        assert!(b.0 >= 202_000.0, "{} of 512 MiB took {} us", call, b.0);
         assert!(s.0 >= 2_000.0, "{} of 4 KiB took {} us", call, s.0);
-        assert!(s.0 < 15_000.0, "{} of 4 KiB took {} us", call, s.0);
-        assert!(o.0 < 15_000.0, "{} with no cost took {} us", call, o.0);
+    }
+    // Upper bounds only in total, against the 1.4 s the large calls must take, so that a busy
+    // machine's stalls cannot fail them: small calls pay their fixed part, free ones nothing.
+    let total = |r: &HashMap<String, (f64, i64)>| CALLS.iter().map(|c| r[*c].0).sum::<f64>();
+    assert!(total(&small) < total(&big) / 2.0, "{:?}\n{:?}", small, big);
+    assert!(total(&off) < total(&big) / 2.0, "{:?}\n{:?}", off, big);
+}
+
+#[test]
+fn self_calls_go_through_the_dynamic_linker_only_when_asked() {
+    let exe = program("sim_selfcall", &["sim_selfcall.c"], &["-lamdhip64", "-ldl"]);
+    let seen = |on: &str| {
+        let mut cmd = sim_command(&exe);
+        cmd.env("LD_PRELOAD", interposer())
+            .env("HIPSIM_SELF_CALLS", on);
+        Run::parse(output(&mut cmd))
+    };
+    // What a preloaded library sees beyond the program's own calls: (mallocs, frees, syncs).
+    let counts = |r: &Run, step: &str| {
+        assert_eq!(r.num(step, "rc"), SUCCESS, "{}", step);
+        (
+            r.num(step, "mallocs"),
+            r.num(step, "frees"),
+            r.num(step, "syncs"),
+        )
+    };
+    let native = seen("0");
+    for step in [
+        "managed",
+        "pitched",
+        "malloc",
+        "h2d",
+        "d2h",
+        "d2d",
+        "free",
+        "free_managed",
+    ] {
+        assert_eq!(counts(&native, step), (0, 0, 0), "natively, at {}", step);
+    }
+    // Counts are cumulative: managed and pitched over hipMalloc, each host<->device copy one
+    // staging hipMalloc + hipFree, each hipFree one hipDeviceSynchronize.
+    let plt = seen("1");
+    let expected = [
+        ("managed", (1, 0, 0)),
+        ("pitched", (2, 0, 0)),
+        ("malloc", (2, 0, 0)),
+        ("h2d", (3, 1, 1)),
+        ("d2h", (4, 2, 2)),
+        ("d2d", (4, 2, 2)),
+        ("free", (4, 2, 3)),
+        ("free_managed", (4, 2, 4)),
+    ];
+    for (step, want) in expected {
+        assert_eq!(counts(&plt, step), want, "HIPSIM_SELF_CALLS=1, at {}", step);
     }
 }

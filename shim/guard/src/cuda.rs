@@ -79,6 +79,7 @@ fn resolve_api() -> Option<Api> {
         synchronize: real::cudaDeviceSynchronize.get()?,
         get_last_error: real::cudaGetLastError.get()?,
         peek_last_error: real::cudaPeekAtLastError.get()?,
+        runtime: &real::RUNTIME,
     })
 }
 

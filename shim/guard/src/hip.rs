@@ -153,6 +153,7 @@ fn resolve_api() -> Option<Api> {
         synchronize: real::hipDeviceSynchronize.get()?,
         get_last_error: real::hipGetLastError.get()?,
         peek_last_error: real::hipPeekAtLastError.get()?,
+        runtime: &real::RUNTIME,
     })
 }
 

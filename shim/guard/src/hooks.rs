@@ -11,6 +11,39 @@
 //! ```
 //! `pass` names a closure that makes the plain runtime call with the same arguments; it is also
 //! what runs when the guard is off or degraded.
+//!
+//! A hook entered while a call into its own runtime is under way on the same thread (made by a
+//! hook's `pass` or by the guard, [`calling`]) is that runtime calling its own export through
+//! its PLT, as a library linked without `-Bsymbolic` does (HAMi#1707 reports it of ROCm 7; hipsim
+//! does it under `HIPSIM_SELF_CALLS=1`): it goes straight to the runtime. The outer call is the
+//! one the guard counts, and the inner one must not wait on a pool lock the outer may hold.
+//! Calls into another face's runtime (rocBLAS allocating its workspace with `hipMalloc`) are
+//! still guarded.
+
+use std::cell::Cell;
+
+thread_local! {
+    /// The runtime this thread is calling into (the address of its face's `real::RUNTIME`), 0
+    /// when none.
+    static CALLING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether this thread is inside a call into `runtime`.
+#[inline]
+pub fn inside(runtime: &'static u8) -> bool {
+    let id = runtime as *const u8 as usize;
+    CALLING.try_with(|c| c.get() == id).unwrap_or(false)
+}
+
+/// Runs `call`, a call into `runtime`, marked as such for the hooks it may reach.
+#[inline]
+pub fn calling<T>(runtime: &'static u8, call: impl FnOnce() -> T) -> T {
+    let id = runtime as *const u8 as usize;
+    let outer = CALLING.try_with(|c| c.replace(id)).unwrap_or(0);
+    let result = call();
+    let _ = CALLING.try_with(|c| c.set(outer));
+    result
+}
 
 macro_rules! hooks {
     (libs = $libs:expr, missing = $missing:expr;
@@ -21,6 +54,8 @@ macro_rules! hooks {
         pub mod real {
             #[allow(unused_imports)]
             use super::*;
+            /// This face's runtime, for [`crate::hooks::calling`]: only its address matters.
+            pub static RUNTIME: u8 = 0;
             $(
                 pub static $name: $crate::resolve::Real<unsafe extern "C" fn($($ty),*) -> $ret> =
                     $crate::resolve::Real::new(
@@ -42,10 +77,13 @@ macro_rules! hooks {
                     match real::$name.get() {
                         // SAFETY (the hook's own unsafe context): the caller's own arguments,
                         // passed on unchanged.
-                        Some(f) => f($($arg),*),
+                        Some(f) => $crate::hooks::calling(&real::RUNTIME, || f($($arg),*)),
                         None => $missing,
                     }
                 };
+                if $crate::hooks::inside(&real::RUNTIME) {
+                    return $pass();
+                }
                 $crate::boundary(stringify!($name), move || $body, $pass)
             }
         )*

@@ -91,6 +91,9 @@ pub struct Config {
     pub vmm_set_access_from_first: bool,
     /// The ROCm release whose faults are on by default (`HIPSIM_ROCM`).
     pub release: Release,
+    /// The runtime calls some of its own exports through the dynamic linker, as one linked
+    /// without `-Bsymbolic` does (`HIPSIM_SELF_CALLS=1`; `selfcall`).
+    pub self_calls: bool,
     /// What each driver call costs by size (`HIPSIM_COST_*`, `cost`); default nothing.
     pub costs: Costs,
 }
@@ -112,6 +115,7 @@ impl Default for Config {
             vmm_deferred_release: DeferredRelease::Never,
             vmm_set_access_from_first: false,
             release: Release::Current,
+            self_calls: false,
             costs: Costs::default(),
         }
     }
@@ -208,6 +212,7 @@ impl Config {
             }
         })
         .unwrap_or(d.release);
+        let self_calls = knob(&get, warn, "HIPSIM_SELF_CALLS", "0 or 1", parse_bool);
         let costs =
             cost::from_vars(&mut |name| knob(&get, &mut *warn, name, cost::FORMAT, cost::parse));
 
@@ -236,6 +241,7 @@ impl Config {
             }),
             vmm_set_access_from_first: from_first.unwrap_or(rocm72),
             release,
+            self_calls: self_calls.unwrap_or(d.self_calls),
             costs,
         }
     }
@@ -362,9 +368,11 @@ mod tests {
         let (c, w) = parse(&[
             ("HIPSIM_VMM_SETACCESS_FROM_FIRST", "1"),
             ("HIPSIM_COST_MALLOC", "45+12/GiB"),
+            ("HIPSIM_SELF_CALLS", "1"),
         ]);
         assert!(w.is_empty(), "{:?}", w);
         assert!(c.vmm_set_access_from_first);
+        assert!(c.self_calls);
         assert_eq!(c.costs.get(Call::Malloc).per_gib_us, 12.0);
         assert_eq!(c.release, Release::Current);
     }

@@ -20,7 +20,8 @@
 //! access and `hipMemGetAccess`; `share` exporting and importing virtual memory handles; `ipc`
 //! `hipIpc*` between real processes; `pitch` the pitched allocations (exports and their
 //! checks); `sys` the platform-specific parts (mmap or VirtualAlloc, memfd mappings,
-//! own-symbol lookup).
+//! own-symbol lookup); `cost` the driver calls' time by size (`HIPSIM_COST_*`); `selfcall` the
+//! runtime's calls to its own exports through the dynamic linker (`HIPSIM_SELF_CALLS`).
 
 /// Declares one exported HIP entry point and binds it to its ROCm version node with `.symver`
 /// (`build.rs` defines the nodes), so each export is written once and carries its version.
@@ -52,6 +53,7 @@ mod memory;
 mod peer;
 mod pitch;
 mod props;
+mod selfcall;
 mod share;
 mod state;
 mod streams;

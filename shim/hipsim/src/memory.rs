@@ -195,6 +195,15 @@ impl Memory {
         }
     }
 
+    /// Makes the device allocation at `ptr` a managed one (`hipMallocManaged` over `hipMalloc`,
+    /// `selfcall`); anything else is left alone.
+    pub fn make_managed(&mut self, ptr: usize, flags: u32) {
+        if let Some(b) = self.blocks.get_mut(&ptr).filter(|b| b.kind == Kind::Device) {
+            b.kind = Kind::Managed;
+            b.flags = flags;
+        }
+    }
+
     /// The allocation that starts at `ptr`, if it is live and not already being freed (never a
     /// mapping: `hipFree` of one is `hipErrorInvalidValue`).
     pub fn block_at(&self, ptr: usize) -> Option<Block> {

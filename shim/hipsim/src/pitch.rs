@@ -13,6 +13,7 @@ use std::ptr;
 
 use crate::api::{allocate, Alloc};
 use crate::error::{self, HipResult, INVALID_VALUE};
+use crate::selfcall;
 
 /// `imagePitchAlignment_` of ROCm's devices.
 pub const PITCH_ALIGNMENT: usize = 256;
@@ -60,7 +61,10 @@ unsafe fn malloc_pitch(
         .checked_mul(height)
         .and_then(|s| s.checked_mul(depth))
         .ok_or(error::OUT_OF_MEMORY)?;
-    allocate(out, size, Alloc::Device { flags: 0 })
+    match selfcall::on() {
+        true => selfcall::malloc(out, size),
+        false => allocate(out, size, Alloc::Device { flags: 0 }),
+    }
 }
 
 hip_export! {

@@ -17,9 +17,9 @@ pub use no_vmm::{
     unmap_physical, Physical,
 };
 #[cfg(unix)]
-pub use unix::{map, own_symbol, unmap};
+pub use unix::{linked_symbol, map, own_symbol, unmap};
 #[cfg(windows)]
-pub use windows::{map, own_symbol, unmap};
+pub use windows::{linked_symbol, map, own_symbol, unmap};
 
 /// Whether this platform has the virtual memory primitives below.
 pub const VMM: bool = cfg!(target_os = "linux");
@@ -118,6 +118,14 @@ mod unix {
         }
         // SAFETY: a live handle (never closed) and a NUL-terminated name.
         unsafe { libc::dlsym(handle, name.as_ptr()) }
+    }
+
+    /// The definition of `name` that a call from this library through its PLT binds to (a
+    /// library linked without `-Bsymbolic`): the first in this library's lookup scope, so a
+    /// preloaded library's export before its own. Null when there is none.
+    pub fn linked_symbol(name: &CStr) -> *mut c_void {
+        // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the caller's scope.
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
     }
 
     fn own_handle() -> *mut c_void {
@@ -531,6 +539,12 @@ mod windows {
         }
         // SAFETY: a module that stays loaded while its own code runs, a NUL-terminated name.
         unsafe { GetProcAddress(module, name.as_ptr() as *const u8) }
+    }
+
+    /// A DLL's calls to its own functions never go through its import table, so nothing can
+    /// stand in for them: its own export.
+    pub fn linked_symbol(name: &CStr) -> *mut c_void {
+        own_symbol(name)
     }
 
     fn own_module() -> *mut c_void {

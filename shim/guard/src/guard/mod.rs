@@ -59,6 +59,8 @@ pub struct Api {
     pub synchronize: VoidFn,
     pub get_last_error: VoidFn,
     pub peek_last_error: VoidFn,
+    /// The face's runtime, to mark the guard's own calls into it (`hooks::calling`).
+    pub runtime: &'static u8,
 }
 
 /// One face of the library.

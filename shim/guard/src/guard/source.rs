@@ -8,6 +8,7 @@ use rocmguard_core::{DeviceSource, SourceError};
 
 use super::errors::keep_pending;
 use super::{Active, Api, OUT_OF_MEMORY, SUCCESS};
+use crate::hooks::calling;
 use crate::log;
 use crate::vmm::Vmm;
 
@@ -111,7 +112,9 @@ impl DeviceSource for Source {
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: real runtime calls with valid out-pointers.
         let before = unsafe { (self.api.peek_last_error)() };
-        let code = unsafe { (self.api.malloc)(&mut p, size as usize) };
+        let code = calling(self.api.runtime, || unsafe {
+            (self.api.malloc)(&mut p, size as usize)
+        });
         if code != SUCCESS {
             crate::platform::group::release(self.device, size);
             keep_pending(before);
@@ -122,7 +125,9 @@ impl DeviceSource for Source {
 
     fn free(&self, addr: u64, size: u64) -> Result<(), SourceError> {
         // SAFETY: addr came from the runtime's malloc.
-        match unsafe { (self.api.free)(addr as *mut c_void) } {
+        match calling(self.api.runtime, || unsafe {
+            (self.api.free)(addr as *mut c_void)
+        }) {
             SUCCESS => {
                 crate::platform::group::release(self.device, size);
                 Ok(())
@@ -148,7 +153,8 @@ impl DeviceSource for Source {
 
     fn synchronize(&self) -> Result<(), SourceError> {
         // SAFETY: no arguments.
-        match self.on_device(|| unsafe { (self.api.synchronize)() }) {
+        let sync = || calling(self.api.runtime, || unsafe { (self.api.synchronize)() });
+        match self.on_device(sync) {
             SUCCESS => Ok(()),
             code => Err(source_error(code)),
         }

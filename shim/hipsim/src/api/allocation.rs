@@ -10,6 +10,7 @@ use super::{put, Stream};
 use crate::cost::{self, Call};
 use crate::error::{self, *};
 use crate::memory::Kind;
+use crate::selfcall;
 use crate::state::{self, current_device};
 use crate::streams::Streams;
 use crate::work::{self, Op};
@@ -83,6 +84,11 @@ hip_export! {
             if size == 0 || !(1..=2).contains(&flags) {
                 return Err(INVALID_VALUE);
             }
+            if selfcall::on() {
+                selfcall::malloc(ptr, size)?;
+                state::with(|s| s.mem.make_managed(*ptr as usize, flags));
+                return Ok(());
+            }
             allocate(ptr, size, Alloc::Managed { flags })
         })
     }
@@ -131,11 +137,14 @@ hip_export! {
                 }
                 None => return Ok(()),
             };
-            work::wait_for(|w| w.device == device);
-            state::with(|s| {
-                s.counters.syncs += 1;
-                s.mem.release(&mut s.counters, ptr as usize)
-            })
+            match selfcall::on() {
+                true => selfcall::device_synchronize()?,
+                false => {
+                    work::wait_for(|w| w.device == device);
+                    state::with(|s| s.counters.syncs += 1);
+                }
+            }
+            state::with(|s| s.mem.release(&mut s.counters, ptr as usize))
         })
     }
 }

@@ -6,6 +6,7 @@ use std::os::raw::c_int;
 use std::ptr;
 
 use crate::error::{self, *};
+use crate::selfcall;
 use crate::state::{self, current_device};
 use crate::work;
 
@@ -52,18 +53,38 @@ hip_export! {
                 _ => return Err(INVALID_MEMCPY_DIRECTION),
             };
             before_sync_op()?;
-            state::with(|s| {
-                let ok = |on_device: bool, p: usize, write: bool| {
-                    !on_device || s.mem.covers(p, bytes, write)
-                };
-                if !ok(dst_on_device, dst as usize, true) || !ok(src_on_device, src as usize, false) {
-                    return Err(INVALID_VALUE);
-                }
-                ptr::copy(src as *const u8, dst as *mut u8, bytes);
-                Ok(())
-            })
+            if selfcall::on() && dst_on_device != src_on_device {
+                return staged(dst, src, bytes, dst_on_device);
+            }
+            copy(dst as usize, src as usize, bytes, (dst_on_device, src_on_device))
         })
     }
+}
+
+/// Moves `bytes` from `src` to `dst` once the device side of each (`on_device`: destination,
+/// source) lies in memory the device may write or read.
+unsafe fn copy(dst: usize, src: usize, bytes: usize, on_device: (bool, bool)) -> HipResult {
+    state::with(|s| {
+        let ok =
+            |on_device: bool, p: usize, write: bool| !on_device || s.mem.covers(p, bytes, write);
+        if !ok(on_device.0, dst, true) || !ok(on_device.1, src, false) {
+            return Err(INVALID_VALUE);
+        }
+        ptr::copy(src as *const u8, dst as *mut u8, bytes);
+        Ok(())
+    })
+}
+
+/// A copy between host and device staged through a device buffer that the runtime takes with
+/// `hipMalloc` and gives back with `hipFree` through the dynamic linker (`selfcall`).
+unsafe fn staged(dst: *mut c_void, src: *const c_void, bytes: usize, to_device: bool) -> HipResult {
+    let mut stage = ptr::null_mut();
+    selfcall::malloc(&mut stage, bytes)?;
+    let at = stage as usize;
+    let copied = copy(at, src as usize, bytes, (true, !to_device))
+        .and_then(|()| copy(dst as usize, at, bytes, (to_device, true)));
+    let freed = selfcall::free(stage);
+    copied.and(freed)
 }
 
 hip_export! {
