@@ -97,7 +97,9 @@ pub fn boundary<T>(name: &str, body: impl FnOnce() -> T, fallback: impl FnOnce()
     if platform::COUNTS_HOOKS {
         IN_HOOKS.fetch_add(1, Ordering::AcqRel);
     }
+    let failures = guard::failures();
     let result = catch_unwind(AssertUnwindSafe(body));
+    guard::forget_pending(failures);
     if platform::COUNTS_HOOKS {
         IN_HOOKS.fetch_sub(1, Ordering::AcqRel);
     }

@@ -114,12 +114,16 @@ pub fn start(path: &str) {
     crate::platform::on_sigterm(finish);
 }
 
+/// One load when not recording: every pooled allocation and free comes through here.
 #[inline]
 fn record(action: Action, device: i32, pointer: u64, size: u64) {
-    let r = match RECORDER.get() {
-        Some(r) => r,
-        None => return,
-    };
+    if let Some(r) = RECORDER.get() {
+        append(r, action, device, pointer, size);
+    }
+}
+
+#[inline(never)]
+fn append(r: &Recorder, action: Action, device: i32, pointer: u64, size: u64) {
     let time_us = r.start.elapsed().as_micros() as u64;
     let rec = Record {
         time_us,
@@ -150,15 +154,18 @@ fn record(action: Action, device: i32, pointer: u64, size: u64) {
     });
 }
 
+#[inline]
 pub fn alloc(device: i32, pointer: u64, size: u64) {
     record(Action::Allocate, device, pointer, size);
 }
 
+#[inline]
 pub fn free(device: i32, pointer: u64, size: u64) {
     record(Action::Free, device, pointer, size);
 }
 
 /// The shim's own events (trim, retry, oom, cap warning).
+#[inline]
 pub fn event(action: Action, device: i32, pointer: u64, size: u64) {
     record(action, device, pointer, size);
 }

@@ -82,17 +82,23 @@ impl Active {
 
     pub(super) fn warn_near_cap(&self, device: i32, pool: &Pool<Source>) {
         let (used, cap) = pool.usage();
-        // A cap of 0 refuses everything: the refusal says so, "near" would be noise.
-        let near = cap > 0 && used as f64 >= 0.95 * cap as f64;
         let flag = &self.warned[device as usize];
+        // Below 90% (every allocation of a program far from its cap): a load, no write to the
+        // flag's shared line.
+        if used < cap - cap / 10 {
+            if flag.load(Ordering::Relaxed) {
+                flag.store(false, Ordering::Relaxed);
+            }
+            return;
+        }
+        // A cap of 0 refuses everything: the refusal says so, "near" would be noise.
+        let near = cap > 0 && used >= cap - cap / 20;
         if near && !flag.swap(true, Ordering::Relaxed) {
             crate::trace::event(Action::CapWarning, device, 0, used);
             log::warn(format_args!(
                 "[VRAM Limit] Warning: near the cap; {}",
                 pool.stats().line(device)
             ));
-        } else if !near && (used as f64) < 0.9 * cap as f64 {
-            flag.store(false, Ordering::Relaxed);
         }
     }
 

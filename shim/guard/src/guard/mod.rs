@@ -25,8 +25,8 @@ mod reuse;
 mod source;
 
 pub use cap::capped_attribute;
-pub use errors::last_error;
-use errors::{settle_errors, PENDING_BEFORE, SHADOW_ERROR};
+pub use errors::{failures, forget_pending, last_error};
+use errors::{settle_errors, SHADOW_ERROR};
 pub use pause::pause;
 use reuse::{is_default_stream, Reclaimer};
 pub use source::Source;
@@ -358,6 +358,7 @@ impl Guard {
 }
 
 impl Active {
+    #[inline]
     pub fn current_device(&self) -> Option<i32> {
         let mut d = 0;
         // SAFETY: valid out-pointer.
@@ -366,11 +367,18 @@ impl Active {
     }
 
     /// The pool of `device`, made on first use (with `device` current).
+    #[inline]
     pub fn pool(&'static self, device: i32) -> Option<&'static Pool<Source>> {
-        let cell = self.pools.get(device as usize)?;
-        if let Some(p) = cell.get() {
-            return Some(p);
+        match self.pools.get(device as usize)?.get() {
+            Some(p) => Some(p),
+            None => self.make_pool(device),
         }
+    }
+
+    /// [`Active::pool`] the first time, for a device in range.
+    #[cold]
+    fn make_pool(&'static self, device: i32) -> Option<&'static Pool<Source>> {
+        let cell = &self.pools[device as usize];
         let mut source = Source {
             device,
             integrated: self.is_integrated(device),
@@ -481,13 +489,13 @@ impl Active {
     pub fn alloc(&'static self, ptr: *mut *mut c_void, size: usize) -> Option<i32> {
         let device = self.current_device()?;
         let pool = self.pool(device)?;
-        PENDING_BEFORE.with(|c| c.set(None));
+        let since = failures();
         let result = pool.alloc(size as u64);
         let code = match result {
             Ok(addr) => {
                 // SAFETY: the caller's out-pointer, checked non-null by the hook.
                 unsafe { *ptr = addr as *mut c_void };
-                settle_errors(&self.api);
+                settle_errors(&self.api, since);
                 crate::trace::alloc(device, addr, size as u64);
                 SUCCESS
             }
