@@ -26,18 +26,10 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
 # The test stages all run, each one's output kept to count its tests; the last line is the
-# verdict, `N passed, N failed` (scripts/verdict.sh says how it counts). A stage's own count is
-# shown as `STAGE: N passed, N failed`, so the verdict is the one line of that form.
-logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
-stage() {
-    local name=$1
-    shift
-    set +e
-    "$@" 2>&1 | tee "$logs/$name.log" | sed -u -E "s/^([0-9]+ passed, [0-9]+ failed)$/$name: \1/"
-    echo "${PIPESTATUS[0]}" >"$logs/$name.rc"
-    set -e
-}
+# verdict, `N passed, N failed` (scripts/verdict.sh says how it counts; scripts/stages.sh runs
+# the stages in a temporary folder of their own and checks it is left empty).
+. scripts/stages.sh
+stages_begin
 stage 1-cargo cargo test --workspace --release --no-fail-fast
 # The wheel and the from-source install, as a user gets them (fresh venv, pip --no-index).
 stage 1-wheel scripts/wheel-test.sh
@@ -48,4 +40,6 @@ stage 1-pypi scripts/pypi-clients.sh
 stage 2-python python3 scripts/gpu/test_driver.py
 stage 3-msrv scripts/core-msrv.sh
 stage 4-windows scripts/windows-test.sh
+# A tidy guest: nothing left in the temporary directory.
+stage 5-tidy tidy
 scripts/verdict.sh "$logs"

@@ -74,3 +74,57 @@ fn test_sh_ends_with_the_verdict() {
     let last = script.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
     assert_eq!(last.trim(), "scripts/verdict.sh \"$logs\"");
 }
+
+/// scripts/test.sh's stage runner, with stand-in stages: (exit status, what it printed).
+fn stages(body: &str) -> (Option<i32>, String) {
+    let script = format!(
+        ". scripts/stages.sh\nstages_begin\n{}\nstage 5-tidy tidy\nscripts/verdict.sh \"$logs\"",
+        body
+    );
+    let out = output(
+        Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &script])
+            .current_dir(root()),
+    );
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The suite prints one line of the verdict's form, the last: a stage's own count is shown
+/// with the stage's name.
+#[test]
+fn one_verdict_line() {
+    let (code, out) = stages(
+        "stage 1-a sh -c 'echo \"test result: ok. 3 passed; 0 failed\"'\n\
+         stage 4-b sh -c 'echo \"5 passed, 1 failed\"; exit 1'",
+    );
+    let verdicts: Vec<&str> = out
+        .lines()
+        .filter(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            w.len() == 4 && w[0].parse::<u64>().is_ok() && w[1] == "passed," && w[3] == "failed"
+        })
+        .collect();
+    assert_eq!(verdicts, ["9 passed, 1 failed"], "{}", out);
+    assert!(out.contains("4-b: 5 passed, 1 failed"), "{}", out);
+    assert_eq!(code, Some(1), "{}", out);
+}
+
+/// A stage that leaves something in the temporary directory fails the tidy stage, which names
+/// it; a suite that leaves nothing passes it.
+#[test]
+fn the_suite_leaves_the_temporary_directory_as_it_found_it() {
+    let (code, out) = stages("stage 1-a sh -c 'mkdir \"$TMPDIR/rocmguard-replay-42-x\"'");
+    assert_eq!(code, Some(1), "{}", out);
+    assert!(
+        out.contains("tidy: FAIL") && out.contains("rocmguard-replay-42-x"),
+        "{}",
+        out
+    );
+    assert!(out.ends_with("1 passed, 1 failed\n"), "{}", out);
+    let (code, out) = stages("stage 1-a sh -c 'd=$(mktemp -d); rm -r \"$d\"'");
+    assert_eq!(code, Some(0), "{}", out);
+    assert!(out.contains("tidy: ok"), "{}", out);
+}
