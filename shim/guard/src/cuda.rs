@@ -21,6 +21,7 @@ const PROP_TOTAL_GLOBAL_MEM: usize = 288;
 
 static GET_DEVICE: Real<GetDeviceFn> = Real::new(cstr!("cudaGetDevice"), cstr!(""), LIBS);
 static SET_DEVICE: Real<SetDeviceFn> = Real::new(cstr!("cudaSetDevice"), cstr!(""), LIBS);
+static DEVICE_COUNT: Real<GetDeviceFn> = Real::new(cstr!("cudaGetDeviceCount"), cstr!(""), LIBS);
 static GET_ATTRIBUTE: Real<unsafe extern "C" fn(*mut c_int, c_int, c_int) -> i32> =
     Real::new(cstr!("cudaDeviceGetAttribute"), cstr!(""), LIBS);
 
@@ -76,6 +77,7 @@ fn resolve_api() -> Option<Api> {
         mem_get_info: real::cudaMemGetInfo.get()?,
         get_device: GET_DEVICE.get()?,
         set_device: SET_DEVICE.get()?,
+        device_count: DEVICE_COUNT.get()?,
         synchronize: real::cudaDeviceSynchronize.get()?,
         get_last_error: real::cudaGetLastError.get()?,
         peek_last_error: real::cudaPeekAtLastError.get()?,

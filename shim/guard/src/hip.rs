@@ -21,6 +21,8 @@ pub const LIBS: &[&str] = &["amdhip64"];
 /// Runtime functions the pool needs but the program's calls to which we leave alone.
 static GET_DEVICE: Real<GetDeviceFn> = Real::new(cstr!("hipGetDevice"), cstr!("hip_4.2"), LIBS);
 static SET_DEVICE: Real<SetDeviceFn> = Real::new(cstr!("hipSetDevice"), cstr!("hip_4.2"), LIBS);
+static DEVICE_COUNT: Real<GetDeviceFn> =
+    Real::new(cstr!("hipGetDeviceCount"), cstr!("hip_4.2"), LIBS);
 
 /// `hipDeviceAttributeVirtualMemoryManagementSupported`.
 #[cfg(unix)]
@@ -150,6 +152,7 @@ fn resolve_api() -> Option<Api> {
         mem_get_info: real::hipMemGetInfo.get()?,
         get_device: GET_DEVICE.get()?,
         set_device: SET_DEVICE.get()?,
+        device_count: DEVICE_COUNT.get()?,
         synchronize: real::hipDeviceSynchronize.get()?,
         get_last_error: real::hipGetLastError.get()?,
         peek_last_error: real::hipPeekAtLastError.get()?,

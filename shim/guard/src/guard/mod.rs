@@ -19,6 +19,7 @@ use crate::log;
 use crate::vmm::Vmm;
 
 mod cap;
+mod device;
 mod errors;
 mod pause;
 mod reuse;
@@ -56,6 +57,7 @@ pub struct Api {
     pub mem_get_info: MemInfoFn,
     pub get_device: GetDeviceFn,
     pub set_device: SetDeviceFn,
+    pub device_count: GetDeviceFn,
     pub synchronize: VoidFn,
     pub get_last_error: VoidFn,
     pub peek_last_error: VoidFn,
@@ -86,6 +88,8 @@ pub struct Active {
     /// straight to that pool without asking the runtime for the current device. Written after
     /// a pool is made; a stale value only costs the full search that follows a miss.
     only_pool: AtomicI32,
+    /// Set once a pool exists and the runtime said it has one device (see `device.rs`).
+    one_device: AtomicBool,
     /// Pass-through allocations counted against the cap: (what, pointer or handle) ->
     /// (device, bytes).
     external: Mutex<std::collections::HashMap<(Handed, usize), (i32, u64)>>,
@@ -154,6 +158,7 @@ impl Guard {
                     config,
                     pools: (0..MAX_DEVICES).map(|_| OnceCell::new()).collect(),
                     only_pool: AtomicI32::new(-1),
+                    one_device: AtomicBool::new(false),
                     external: Mutex::new(Default::default()),
                     capturing: Mutex::new(Vec::new()),
                     captures: AtomicUsize::new(0),
@@ -358,14 +363,6 @@ impl Guard {
 }
 
 impl Active {
-    #[inline]
-    pub fn current_device(&self) -> Option<i32> {
-        let mut d = 0;
-        // SAFETY: valid out-pointer.
-        let ok = unsafe { (self.api.get_device)(&mut d) } == SUCCESS;
-        (ok && (0..MAX_DEVICES as i32).contains(&d)).then_some(d)
-    }
-
     /// The pool of `device`, made on first use (with `device` current).
     #[inline]
     pub fn pool(&'static self, device: i32) -> Option<&'static Pool<Source>> {
@@ -428,6 +425,7 @@ impl Active {
         if !self.in_order.load(Ordering::Acquire) {
             self.start_reclaimer();
         }
+        self.count_devices();
         let mut devices = self.existing_pools().map(|(d, _)| d);
         let only = match (devices.next(), devices.next()) {
             (Some(d), None) => d,
