@@ -57,3 +57,7 @@ want=$(cd "$prefix/lib" && pwd -P)/librocmguard.so
 maps=$(cd / && env -i HOME="$HOME" PATH=/usr/bin:/bin "$prefix/bin/rocmguard" run -- sh -c 'grep -o "/[^ ]*librocmguard.so" /proc/$$/maps | sort -u')
 [ "$maps" = "$want" ] || fail "scripts/install.sh layout: 'rocmguard run' preloaded '${maps:-nothing}', not $want"
 echo "wheel: ok: scripts/install.sh PREFIX: PREFIX/bin/rocmguard run -- CMD preloads $maps"
+root=$(env -i HOME="$HOME" PATH=/usr/bin:/bin "$prefix/bin/rocmguard" run --quiet --sim --dry-run -- true | sed -n 's/^ROCM_PATH=//p')
+[ "$root" = "$(cd "$prefix/lib" && pwd -P)/rocmguard-hipsim" ] ||
+    fail "scripts/install.sh layout: 'rocmguard run --sim' uses '${root:-nothing}', not PREFIX's hipsim"
+echo "wheel: ok: scripts/install.sh PREFIX: PREFIX/bin/rocmguard run --sim uses $root"
