@@ -1,9 +1,11 @@
 """rocmguard, installed from its wheel: the `rocmguard` command and `librocmguard.so`.
 
-The wheel carries the native CLI (installed as the `rocmguard` command) and the preload library
+The wheel carries the native CLI (installed as the `rocmguard` command), the preload library
 (installed as `<prefix>/lib/librocmguard.so`, where the CLI looks beside its own `../lib`), so
-`rocmguard run -- CMD` preloads the library that came with it. `python -m rocmguard` runs the
-same CLI. Nothing here imports torch or any other package.
+`rocmguard run -- CMD` preloads the library that came with it, and hipsim, the simulated HIP
+runtime (`<prefix>/lib/rocmguard-hipsim/lib/libamdhip64.so`) that `rocmguard run --sim -- CMD`
+runs a program on. `python -m rocmguard` runs the same CLI. Nothing here imports torch or any
+other package.
 """
 
 import os
