@@ -20,6 +20,7 @@ mod stream;
 mod virtual_memory;
 
 pub(crate) use allocation::{allocate, Alloc};
+pub(crate) use virtual_memory::{export_shareable, get_access, import_shareable, MemLocation};
 
 type Stream = *mut c_void;
 

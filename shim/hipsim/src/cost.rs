@@ -3,12 +3,10 @@
 //! `hipMemCreate`), `FREE`, and the virtual memory calls `CREATE`, `MAP`, `SETACCESS`, `UNMAP`,
 //! `RELEASE`. The time is burnt on the calling thread outside the simulator's lock, as a
 //! driver's ioctl blocks its caller, so a program or replay on the simulator pays the driver's
-//! time and not only its count. Off by default (every cost 0). `HIPSIM_LATENCY_US` still adds
-//! its flat busy-wait to every allocating call and free.
+//! time and not only its count (`state::pay`). Off by default (every cost 0). `HIPSIM_LATENCY_US`
+//! still adds its flat busy-wait to every allocating call and free.
 
 use std::time::{Duration, Instant};
-
-use crate::config;
 
 /// What `parse` reads, for the warning about a value it cannot.
 pub const FORMAT: &str = "microseconds, with an optional part per GiB, such as 45 or 45+12/GiB";
@@ -96,21 +94,13 @@ pub fn parse(v: &str) -> Option<Cost> {
     })
 }
 
-/// Burns `call`'s cost on `bytes`, plus `HIPSIM_LATENCY_US` for the calls it has always
-/// applied to (allocating calls, frees, `hipMemCreate`, `hipMemRelease`). Call it with the
-/// simulator's lock released.
-pub fn pay(call: Call, bytes: usize) {
-    let cfg = config::get();
-    let flat = match call {
-        Call::Malloc | Call::Free | Call::Create | Call::Release => cfg.latency,
-        Call::Map | Call::SetAccess | Call::Unmap => Duration::ZERO,
-    };
-    let total = flat + cfg.costs.get(call).of(bytes);
-    if total.is_zero() {
+/// Burns `time` on the calling thread, as a driver's call blocks its caller.
+pub fn spend(time: Duration) {
+    if time.is_zero() {
         return;
     }
     let start = Instant::now();
-    while start.elapsed() < total {
+    while start.elapsed() < time {
         std::hint::spin_loop();
     }
 }

@@ -13,15 +13,17 @@
 //! and versioned exports (`hip_4.2`, `hip_5.1`, ...) like the real library.
 //! Knobs are `HIPSIM_*` environment variables (see `config`).
 //!
-//! Layout: `api` holds the exports of the core calls (a file per API family under `api/`);
-//! `state` the locked process state and counters; `memory` allocations and faults; `streams`
-//! streams, pools and capture; `work` the queue of simulated GPU work; `props` device
-//! properties; `error` codes and the last error; `vmm` the virtual memory calls; `peer` peer
-//! access and `hipMemGetAccess`; `share` exporting and importing virtual memory handles; `ipc`
-//! `hipIpc*` between real processes; `pitch` the pitched allocations (exports and their
-//! checks); `sys` the platform-specific parts (mmap or VirtualAlloc, memfd mappings,
-//! own-symbol lookup); `cost` the driver calls' time by size (`HIPSIM_COST_*`); `selfcall` the
-//! runtime's calls to its own exports through the dynamic linker (`HIPSIM_SELF_CALLS`).
+//! Layout, bottom layer first (each module uses only those of the layers before it; `layers`
+//! lists them and checks the sources): `error` codes and the last error, `cost` the driver
+//! calls' time by size (`HIPSIM_COST_*`), `counters` what tests read, `sys` the platform (mmap or
+//! VirtualAlloc, memfd mappings, symbol lookup); `config` the knobs; `memory` allocations and
+//! faults, `streams` streams, pools and capture, `selfcall` the runtime's calls to its own
+//! exports through the dynamic linker (`HIPSIM_SELF_CALLS`); `vmm` the virtual memory table;
+//! `state` the locked process state over them, `props` device properties; `work` the queue of
+//! simulated GPU work, `ipc` `hipIpc*` between real processes; `api` the exports and their
+//! checks (a file per API family under `api/`, the virtual memory calls included); `peer` peer
+//! access and `hipMemGetAccess`, `pitch` the pitched allocations, `share` exporting and
+//! importing virtual memory handles.
 
 /// Declares one exported HIP entry point and binds it to its ROCm version node with `.symver`
 /// (`build.rs` defines the nodes), so each export is written once and carries its version.
@@ -47,8 +49,11 @@ macro_rules! hip_export {
 mod api;
 mod config;
 mod cost;
+mod counters;
 mod error;
 mod ipc;
+#[cfg(test)]
+mod layers;
 mod memory;
 mod peer;
 mod pitch;

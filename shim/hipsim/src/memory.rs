@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 
 use crate::config::Config;
+use crate::counters::Counters;
 use crate::error::{HipError, HipResult, INVALID_VALUE, OUT_OF_MEMORY};
-use crate::state::Counters;
-use crate::sys;
+use crate::sys::{self, Access};
 
 /// How a block was allocated, which `hipPointerGetAttributes` reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,15 +21,6 @@ pub enum Kind {
     /// A `hipMemMap` of a `hipMemCreate` handle: `hipFree`, `hipFreeAsync` and `hipDeviceReset`
     /// leave it alone (only `hipMemUnmap` removes it), and its bytes are charged by the handle.
     Mapped,
-}
-
-/// What the device may do with a block: always `ReadWrite` for allocations; for a mapping what
-/// `hipMemSetAccess` last granted (`None` until then), as `hipMemAccessFlags` numbers it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Access {
-    None = 0,
-    Read = 1,
-    ReadWrite = 3,
 }
 
 /// One live allocation. Its key in the table is its address.

@@ -8,9 +8,9 @@ use std::ffi::c_void;
 use std::os::raw::{c_int, c_uint, c_ulonglong};
 use std::sync::Mutex;
 
+use crate::api::{get_access, MemLocation};
 use crate::error::{self, *};
 use crate::state::{self, current_device};
-use crate::vmm;
 
 const PEER_ACCESS_ALREADY_ENABLED: HipError = 704;
 const PEER_ACCESS_NOT_ENABLED: HipError = 705;
@@ -80,9 +80,9 @@ hip_export! {
 hip_export! {
     "hip_5.1" fn hipMemGetAccess(
         flags: *mut c_ulonglong,
-        location: *const vmm::MemLocation,
+        location: *const MemLocation,
         ptr: *mut c_void,
     ) -> c_int {
-        error::api(|| vmm::get_access(flags, location, ptr))
+        error::api(|| get_access(flags, location, ptr))
     }
 }

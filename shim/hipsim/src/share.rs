@@ -6,8 +6,8 @@
 use std::ffi::c_void;
 use std::os::raw::{c_int, c_ulonglong};
 
+use crate::api::{export_shareable, import_shareable};
 use crate::error;
-use crate::vmm;
 
 hip_export! {
     "hip_5.1" fn hipMemExportToShareableHandle(
@@ -16,7 +16,7 @@ hip_export! {
         handle_type: c_int,
         flags: c_ulonglong,
     ) -> c_int {
-        error::api(|| vmm::export_shareable(shareable, handle, handle_type, flags))
+        error::api(|| export_shareable(shareable, handle, handle_type, flags))
     }
 }
 
@@ -26,6 +26,6 @@ hip_export! {
         os_handle: *mut c_void,
         handle_type: c_int,
     ) -> c_int {
-        error::api(|| vmm::import_shareable(handle, os_handle, handle_type))
+        error::api(|| import_shareable(handle, os_handle, handle_type))
     }
 }

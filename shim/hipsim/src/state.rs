@@ -1,43 +1,18 @@
-//! The simulator's process-wide state behind one lock, the counters tests read, and the
-//! per-thread parts of HIP's model (current device, capture mode).
+//! The simulator's process-wide state behind one lock (devices' memory, streams, virtual
+//! memory, counters), the per-thread parts of HIP's model (current device, capture mode), and
+//! the time the driver calls cost.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::config::{self, Config};
+use crate::cost::{self, Call};
+use crate::counters::Counters;
 use crate::error::{HipResult, INVALID_DEVICE, NO_DEVICE};
 use crate::memory::Memory;
 use crate::streams::{Streams, MODE_GLOBAL};
 use crate::vmm::Vmm;
-
-/// What happened so far, for tests (`hipsimCounters`; the C layout is in `tests/c/hipsim.h`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Successful allocations (every allocating call that returned a pointer, and every
-    /// `hipMemCreate` that returned a handle).
-    pub allocs: u64,
-    /// Blocks released (`hipFree`, `hipFreeAsync` when it takes effect, `hipDeviceReset`), and
-    /// `hipMemCreate` memory freed (by `hipMemRelease`, or the last unmap after it).
-    pub frees: u64,
-    /// Device synchronizations: `hipDeviceSynchronize` and the implicit one of each `hipFree`.
-    pub syncs: u64,
-    /// Bytes charged to the devices, `hipMemCreate` handles included, and their high mark.
-    pub live_bytes: u64,
-    pub peak_bytes: u64,
-    pub mempool_trims: u64,
-    /// Captures invalidated by a call that is not allowed during capture.
-    pub capture_invalidations: u64,
-    /// Allocation calls that returned `hipErrorOutOfMemory` (capacity or an injected fault).
-    pub failed_allocs: u64,
-    pub live_allocs: u64,
-    /// `hipStreamSynchronize` calls that waited.
-    pub stream_syncs: u64,
-    /// `hipsimLaunchFill` work that ran, and work dropped because its memory was gone.
-    pub fills: u64,
-    pub dropped_fills: u64,
-}
 
 pub struct Sim {
     pub cfg: &'static Config,
@@ -115,4 +90,16 @@ pub fn thread_id() -> u64 {
             id.get()
         })
         .unwrap_or(u64::MAX)
+}
+
+/// Burns `call`'s cost on `bytes` (`HIPSIM_COST_*`), plus `HIPSIM_LATENCY_US` for the calls it
+/// has always applied to (allocating calls, frees, `hipMemCreate`, `hipMemRelease`), as a slow
+/// driver would. Call it with the state's lock released.
+pub fn pay(call: Call, bytes: usize) {
+    let cfg = config::get();
+    let flat = match call {
+        Call::Malloc | Call::Free | Call::Create | Call::Release => cfg.latency,
+        Call::Map | Call::SetAccess | Call::Unmap => std::time::Duration::ZERO,
+    };
+    cost::spend(flat + cfg.costs.get(call).of(bytes));
 }

@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 
+use crate::counters::Counters;
 use crate::error::*;
-use crate::state::Counters;
 
 /// `hipStreamCaptureMode` values.
 pub const MODE_GLOBAL: i32 = 0;

@@ -21,6 +21,15 @@ pub use unix::{linked_symbol, map, own_symbol, unmap};
 #[cfg(windows)]
 pub use windows::{linked_symbol, map, own_symbol, unmap};
 
+/// What the device may do with a block (and so the host protection `protect` gives it): always `ReadWrite` for allocations; for a mapping what
+/// `hipMemSetAccess` last granted (`None` until then), as `hipMemAccessFlags` numbers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Access {
+    None = 0,
+    Read = 1,
+    ReadWrite = 3,
+}
+
 /// Whether this platform has the virtual memory primitives below.
 pub const VMM: bool = cfg!(target_os = "linux");
 
@@ -172,7 +181,7 @@ mod linux_vmm {
     use std::os::raw::{c_char, c_int};
 
     use super::unix::anonymous;
-    use crate::memory::Access;
+    use super::Access;
 
     const RESERVED: c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
 
@@ -361,7 +370,7 @@ mod linux_vmm {
 /// `VMM` is false there and the calls answer `hipErrorNotSupported` first.
 #[cfg(not(target_os = "linux"))]
 mod no_vmm {
-    use crate::memory::Access;
+    use super::Access;
 
     #[derive(Debug)]
     pub struct Physical;

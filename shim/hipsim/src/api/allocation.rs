@@ -7,7 +7,7 @@ use std::ptr;
 use std::time::Duration;
 
 use super::{put, Stream};
-use crate::cost::{self, Call};
+use crate::cost::Call;
 use crate::error::{self, *};
 use crate::memory::Kind;
 use crate::selfcall;
@@ -32,7 +32,7 @@ pub(crate) unsafe fn allocate(out: *mut *mut c_void, size: usize, how: Alloc) ->
     if out.is_null() {
         return Err(INVALID_VALUE);
     }
-    cost::pay(Call::Malloc, size);
+    state::pay(Call::Malloc, size);
     let (thread, mode) = (state::thread_id(), state::capture_mode());
     state::with(|s| {
         let current = current_device();
@@ -132,7 +132,7 @@ hip_export! {
             })?;
             let device = match block {
                 Some(block) => {
-                    cost::pay(Call::Free, block.size);
+                    state::pay(Call::Free, block.size);
                     block.device
                 }
                 None => return Ok(()),
@@ -163,7 +163,7 @@ hip_export! {
                 let size = s.mem.block_at(ptr as usize).map_or(0, |b| b.size);
                 Ok::<_, HipError>((target, size))
             })?;
-            cost::pay(Call::Free, size);
+            state::pay(Call::Free, size);
             work::submit(target, Duration::ZERO, Op::Free { ptr: ptr as usize });
             Ok(())
         })

@@ -6,8 +6,9 @@ use std::os::raw::{c_int, c_uint};
 use std::time::Duration;
 
 use super::Stream;
+use crate::counters::Counters;
 use crate::error::{self, *};
-use crate::state::{self, current_device, Counters};
+use crate::state::{self, current_device};
 use crate::work::{self, Op};
 
 /// Simulator extra: queues a "kernel" on `stream` that, `delay_us` after the work queued before
