@@ -611,6 +611,15 @@ fn sim_runs_a_program_on_the_simulated_runtime() {
         "{}",
         text(&out)
     );
+    // A cap of 0 refuses everything, and says so once at start with the way to have none.
+    let out = run(&["--sim", "--cap", "0", "--", &exe, "3", "3"]);
+    assert!(
+        stdout(&out).contains("granted 0\nrefused 3"),
+        "{}",
+        text(&out)
+    );
+    let said = stderr(&out).matches("ROCMGUARD_VRAM_LIMIT=none").count();
+    assert_eq!(said, 1, "{}", text(&out));
 
     let probe = "import ctypes\n\
         hip = ctypes.CDLL('libamdhip64.so')\n\
