@@ -94,7 +94,8 @@ pub struct Config {
     /// The runtime calls some of its own exports through the dynamic linker, as one linked
     /// without `-Bsymbolic` does (`HIPSIM_SELF_CALLS=1`; `selfcall`).
     pub self_calls: bool,
-    /// What each driver call costs by size (`HIPSIM_COST_*`, `cost`); default nothing.
+    /// What each driver call costs by size (`HIPSIM_COSTS=h100` for the H100's, then
+    /// `HIPSIM_COST_<CALL>` per call; `cost`); default nothing.
     pub costs: Costs,
 }
 
@@ -213,8 +214,16 @@ impl Config {
         })
         .unwrap_or(d.release);
         let self_calls = knob(&get, warn, "HIPSIM_SELF_CALLS", "0 or 1", parse_bool);
-        let costs =
-            cost::from_vars(&mut |name| knob(&get, &mut *warn, name, cost::FORMAT, cost::parse));
+        let preset = knob(&get, warn, "HIPSIM_COSTS", "h100 or none", |v| {
+            match v.to_ascii_lowercase().as_str() {
+                "h100" => Some(cost::H100),
+                "none" | "0" | "" => Some(Costs::default()),
+                _ => None,
+            }
+        });
+        let costs = cost::from_vars(preset.unwrap_or(d.costs), &mut |name| {
+            knob(&get, &mut *warn, name, cost::FORMAT, cost::parse)
+        });
 
         let rocm72 = release == Release::Rocm72;
         let vram = vram.unwrap_or(d.vram);
@@ -375,6 +384,10 @@ mod tests {
         assert!(c.self_calls);
         assert_eq!(c.costs.get(Call::Malloc).per_gib_us, 12.0);
         assert_eq!(c.release, Release::Current);
+        let (c, w) = parse(&[("HIPSIM_COSTS", "h100"), ("HIPSIM_COST_MAP", "5")]);
+        assert!(w.is_empty(), "{:?}", w);
+        assert_eq!(c.costs.get(Call::Malloc), cost::H100.get(Call::Malloc));
+        assert_eq!(c.costs.get(Call::Map).fixed_us, 5.0);
     }
 
     #[test]
