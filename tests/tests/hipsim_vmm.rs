@@ -732,3 +732,48 @@ fn on_rocm_7_2_set_access_counts_sizes_from_the_reservations_first_mapping() {
     let off = rocm72("access", &[v72, ("HIPSIM_VMM_SETACCESS_FROM_FIRST", "0")]);
     expect(&off, "7.2 with the knob off", &[("access_1", SUCCESS)]);
 }
+
+/// `tests/c/sim_ops.c` under `LD_PRELOAD=librocmguard.so` with `env`: the return code of each
+/// of a few allocations of mixed sizes (and a free), as a program sees them.
+fn guarded_allocations(env: &[(&str, &str)]) -> Vec<i64> {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let exe = BUILT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(|| compile_c("sim_ops", &["sim_ops.c"], &["-lamdhip64"]))
+        .clone();
+    let mut cmd = rocmguard_tests::guarded_command(&exe);
+    cmd.envs([("HIPSIM_VRAM", "4GiB")])
+        .envs(env.iter().copied())
+        .args(["malloc:1000000", "malloc:300000000", "malloc:5000000"])
+        .args(["malloc:700000000", "free:1", "malloc:100000000"]);
+    let out = output(&mut cmd);
+    assert!(out.status.success(), "{}", text(&out));
+    let rcs: Vec<i64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("rc=")))
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(rcs.len(), 6, "{}", text(&out));
+    rcs
+}
+
+#[test]
+fn the_shim_allocates_on_rocm_7_2() {
+    // Both faults: the shim's first-use check sees memory held until its range goes and keeps
+    // to plain segments.
+    assert_eq!(guarded_allocations(&[("HIPSIM_ROCM", "7.2")]), [SUCCESS; 6]);
+}
+
+/// ROCm 7.2's `hipMemSetAccess` alone, as on 7.2 with ROCr's release fix built in (what
+/// radixark/miles#1680 ships): the shim's virtual segments map a first piece, then every later
+/// map's `hipMemSetAccess` fails the size check and the program gets `hipErrorInvalidValue`
+/// for each allocation, though the log says "plain segments from now on". The pool falls back
+/// to plain segments only before its first mapping (`shim/core/src/pool/alloc.rs`,
+/// `give_up_virtual_memory` under `st.mappings.is_empty()`).
+#[test]
+#[ignore = "known failure: the pool does not fall back after a later map fails (report to pool)"]
+fn the_shim_allocates_when_set_access_counts_from_the_first_mapping() {
+    let rcs = guarded_allocations(&[("HIPSIM_VMM_SETACCESS_FROM_FIRST", "1")]);
+    assert_eq!(rcs, [SUCCESS; 6]);
+}
