@@ -171,7 +171,7 @@ pub(super) fn caps(ctx: &Context) -> Check {
             Status::Warn,
             format!("{}: {}", detail, problems.join("; ")),
         )
-        .fix("keep one cap, below the device's memory (see `rocmguard run --help`)")
+        .fix("keep one cap, above 0 and below the device's memory; none is the whole device (see `rocmguard run --help`)")
     }
 }
 
