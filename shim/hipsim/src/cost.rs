@@ -192,7 +192,8 @@ mod tests {
     }
 
     /// The preset against the figures it was fitted to: a re-measured table that moves away
-    /// from it fails here.
+    /// from it fails here. On Linux only (windows/hipsim's tests run under wine).
+    #[cfg(unix)]
     #[test]
     fn the_h100_preset_follows_the_measured_medians() {
         let csv =

@@ -17,7 +17,6 @@ const LAYERS: &[&[&str]] = &[
     &["peer", "pitch", "share"],
 ];
 
-#[cfg(test)]
 mod tests {
     use super::LAYERS;
     use std::collections::BTreeSet;
