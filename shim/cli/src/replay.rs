@@ -43,8 +43,8 @@ ROCMGUARD_TRACE, RAPIDS RMM or PyTorch's history, gzipped or not; PyTorch memory
 (torch.cuda.memory._dump_snapshot pickles).
 
 Columns: ratio = peak reserved / peak live; driver ms = modelled time of the driver calls
-(cudaMalloc 45 us, cudaFree 37 us as measured on an H100; virtual-memory calls assumed to cost
-as much per piece until measured); min capacity = the smallest device that completes
+(cudaMalloc/cudaFree and cuMemCreate/Map/SetAccess/Unmap/Release by size, as timed on an H100:
+data/driver_cost.csv); min capacity = the smallest device that completes
 the trace (found by search); events/s = the trace's allocations and frees over the time of one
 replay at --capacity (the search is not counted; --plot's sampling is)."
 )]

@@ -2,12 +2,11 @@
 //! size, summed over the calls a policy makes, so designs are compared on driver time as well
 //! as on bytes and call counts.
 //!
-//! Figures: `cudaMalloc` + `cudaFree` cost about 45 + 37 us on the H100 of the `device` machine
-//! (2 MiB to 20 MiB; /work/shared/DESIGN.md, "Testing without an AMD GPU"). The virtual-memory
-//! calls are not measured yet: until they are, creating, mapping and opening a piece is taken to
-//! cost what `cudaMalloc` of its size does (20 + 15 + 10 us) and unmapping and releasing it what
-//! `cudaFree` does (17 + 20 us). Each figure is flat over sizes; the tables take points by size
-//! so measured costs drop in.
+//! Figures: data/driver_cost.csv, the medians of 200 calls each on one H100 80GB HBM3 (driver
+//! 13.0, 2026-11-25, `scripts/gpu/driver_cost.cu`), one handle per call, from 2 MiB to 2 GiB;
+//! linear between sizes, flat beyond the ends (below 2 MiB, the 2 MiB figure). A test keeps
+//! [`MEASURED`] equal to the file. A mapping opens its pieces one `cuMemSetAccess` each (the
+//! file times one handle per call), so a range of many pieces costs as many calls.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -37,24 +36,87 @@ pub enum Call {
 #[derive(Clone, Debug)]
 pub struct CostModel {
     points: [&'static [(u64, f64)]; 7],
-    /// Where the figures come from, for the table's note.
-    pub source: &'static str,
 }
 
-/// The figures used until measured ones land (see the module's doc).
-pub const PROVISIONAL: CostModel = CostModel {
+/// data/driver_cost.csv's figures (see the module's doc).
+pub const MEASURED: CostModel = CostModel {
     points: [
-        &[(2 << 20, 45.0)],
-        &[(2 << 20, 37.0)],
-        &[(2 << 20, 20.0)],
-        &[(2 << 20, 15.0)],
-        &[(2 << 20, 10.0)],
-        &[(2 << 20, 17.0)],
-        &[(2 << 20, 20.0)],
+        // cudaMalloc
+        &[
+            (2 << 20, 42.01),
+            (8 << 20, 32.33),
+            (32 << 20, 35.91),
+            (128 << 20, 39.64),
+            (512 << 20, 67.68),
+            (2048 << 20, 186.03),
+        ],
+        // cudaFree
+        &[
+            (2 << 20, 35.54),
+            (8 << 20, 31.17),
+            (32 << 20, 42.38),
+            (128 << 20, 67.59),
+            (512 << 20, 202.05),
+            (2048 << 20, 878.37),
+        ],
+        // cuMemCreate
+        &[
+            (2 << 20, 8.49),
+            (8 << 20, 7.36),
+            (32 << 20, 13.96),
+            (128 << 20, 12.09),
+            (512 << 20, 15.65),
+            (2048 << 20, 36.25),
+        ],
+        // cuMemMap
+        &[
+            (2 << 20, 0.64),
+            (8 << 20, 0.55),
+            (32 << 20, 0.65),
+            (128 << 20, 0.68),
+            (512 << 20, 0.66),
+            (2048 << 20, 1.41),
+        ],
+        // cuMemSetAccess
+        &[
+            (2 << 20, 20.88),
+            (8 << 20, 19.04),
+            (32 << 20, 35.03),
+            (128 << 20, 36.11),
+            (512 << 20, 48.10),
+            (2048 << 20, 91.90),
+        ],
+        // cuMemUnmap
+        &[
+            (2 << 20, 15.00),
+            (8 << 20, 13.85),
+            (32 << 20, 22.00),
+            (128 << 20, 22.49),
+            (512 << 20, 26.53),
+            (2048 << 20, 41.41),
+        ],
+        // cuMemRelease
+        &[
+            (2 << 20, 10.35),
+            (8 << 20, 12.08),
+            (32 << 20, 19.13),
+            (128 << 20, 51.58),
+            (512 << 20, 149.89),
+            (2048 << 20, 563.85),
+        ],
     ],
-    source: "provisional: cudaMalloc 45 us + cudaFree 37 us on the H100 (2-20 MiB); \
-             virtual-memory calls assumed to cost the same per piece",
 };
+
+/// The names data/driver_cost.csv gives the calls, in [`Call`]'s order.
+pub const OPS: [&str; 7] = [
+    "cudaMalloc",
+    "cudaFree",
+    "cuMemCreate",
+    "cuMemMap",
+    "cuMemSetAccess",
+    "cuMemUnmap",
+    "cuMemRelease",
+];
 
 impl CostModel {
     /// Microseconds of one call of `size` bytes.
@@ -93,14 +155,14 @@ impl Clock {
         self.us.store(now.to_bits(), Ordering::Relaxed);
     }
 
-    /// Mapping `size` bytes in pieces of `piece`: create and map each, open the range once.
+    /// Mapping `size` bytes in pieces of `piece`: create, map and open each.
     pub fn map(&self, size: u64, piece: u64) {
         let (whole, rest) = (size / piece, size % piece);
         for (n, s) in [(whole, piece), (u64::from(rest > 0), rest)] {
             self.add(Call::Create, s, n);
             self.add(Call::Map, s, n);
+            self.add(Call::SetAccess, s, n);
         }
-        self.add(Call::SetAccess, size, 1);
     }
 
     /// Unmapping and releasing `count` pieces of `piece` bytes.
@@ -157,5 +219,43 @@ impl DeviceSource for TimedSource {
     fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
         self.clock.unmap(size, 1);
         self.inner.unmap(addr, size, token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`MEASURED`] is data/driver_cost.csv's one-handle rows, figure for figure.
+    #[test]
+    fn the_table_is_the_measured_file() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/driver_cost.csv");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut rows = 0;
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split(',').collect();
+            let Some(call) = OPS.iter().position(|op| *op == f[3]) else {
+                continue;
+            };
+            let (size, us): (u64, f64) = (f[4].parse().unwrap(), f[6].parse().unwrap());
+            assert!(
+                MEASURED.points[call].contains(&(size, us)),
+                "{} of {} B: {} us in the file",
+                f[3],
+                size,
+                us
+            );
+            rows += 1;
+        }
+        let points: usize = MEASURED.points.iter().map(|p| p.len()).sum();
+        assert_eq!(rows, points, "every point of the table is in the file");
+    }
+
+    #[test]
+    fn costs_interpolate_by_size() {
+        assert_eq!(MEASURED.us(Call::Malloc, 4096), 42.01);
+        assert_eq!(MEASURED.us(Call::Free, 4 << 30), 878.37);
+        let mid = MEASURED.us(Call::Free, 5 << 20);
+        assert!((mid - (35.54 + 31.17) / 2.0).abs() < 1e-9, "{}", mid);
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use rocmguard_core::pool::{SEGMENT, SMALL_REQUEST};
 use rocmguard_core::{Config, CountingSource, Pool, PoolOptions, KEYS};
 
-use super::cost::{Call, Clock, TimedSource, PROVISIONAL};
+use super::cost::{Call, Clock, TimedSource, MEASURED};
 use super::load::{Op, Trace};
 use super::torch::{self, TorchConf};
 
@@ -297,7 +297,7 @@ fn replay_pool(
     options.backoff = Duration::ZERO;
     let source = TimedSource {
         inner: CountingSource::new(capacity),
-        clock: Clock::new(&PROVISIONAL),
+        clock: Clock::new(&MEASURED),
     };
     let pool = Pool::new(source, options);
     // A trace holds one program's requests in the order it made them: with `ordered_reuse` the
@@ -368,7 +368,7 @@ fn replay_passthrough(
 ) -> Outcome {
     let mut held = vec![false; trace.allocs as usize];
     let mut o = Outcome::default();
-    let clock = Clock::new(&PROVISIONAL);
+    let clock = Clock::new(&MEASURED);
     let (mut live, mut reserved) = (0u64, 0u64);
     for (i, op) in trace.ops.iter().enumerate() {
         match *op {
@@ -413,7 +413,7 @@ fn replay_passthrough(
 /// OOMs are the segment allocations that would not have fit in `capacity`.
 fn replay_recorded(trace: &Trace, capacity: u64, mut timeline: Option<&mut Timeline>) -> Outcome {
     let mut o = Outcome::default();
-    let clock = Clock::new(&PROVISIONAL);
+    let clock = Clock::new(&MEASURED);
     let (mut live, mut reserved) = (0u64, 0u64);
     for (i, op) in trace.ops.iter().enumerate() {
         match *op {

@@ -13,7 +13,7 @@ mod release;
 
 use std::time::Duration;
 
-use super::cost::{Clock, PROVISIONAL};
+use super::cost::{Clock, MEASURED};
 use super::load::{Op, Trace};
 use super::policy::{Outcome, Timeline};
 pub use conf::TorchConf;
@@ -28,7 +28,7 @@ pub fn replay(
     stop_at_oom: bool,
     mut timeline: Option<&mut Timeline>,
 ) -> Outcome {
-    let mut a = Allocator::new(conf, capacity, Clock::new(&PROVISIONAL));
+    let mut a = Allocator::new(conf, capacity, Clock::new(&MEASURED));
     let mut held = vec![NIL; trace.allocs as usize];
     let mut o = Outcome::default();
     let mut live = 0u64;
