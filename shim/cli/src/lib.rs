@@ -5,3 +5,4 @@ pub mod doctor;
 pub mod replay;
 pub mod run;
 pub mod stats;
+pub mod tune;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use rocmguard_cli::{doctor, replay, run, stats};
+use rocmguard_cli::{doctor, replay, run, stats, tune};
 
 #[derive(Parser)]
 #[command(
@@ -25,6 +25,8 @@ enum Command {
     Run(run::Args),
     /// Replay allocation traces through several allocator policies and compare them.
     Replay(replay::Args),
+    /// Find the PYTORCH_HIP_ALLOC_CONF that needs the least memory for a program's traces.
+    Tune(tune::Args),
     /// Check this machine's ROCm set-up and say what to fix.
     Doctor(doctor::Args),
     /// List guarded processes, or show one's per-device stats.
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(a) => run::exec(a),
         Command::Replay(a) => replay::exec(a),
+        Command::Tune(a) => tune::exec(a),
         Command::Doctor(a) => doctor::exec(a),
         Command::Stats(a) => stats::exec(a),
         Command::DoctorProbe(a) => doctor::probe::exec(a),

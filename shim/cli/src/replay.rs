@@ -7,20 +7,20 @@ pub mod cost;
 pub mod load;
 pub mod plot;
 pub mod policy;
+pub mod progress;
 pub mod snapshot;
 pub mod torch;
 
-use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rocmguard_core::{format_size, parse_size};
 use serde::Serialize;
 
 use load::Trace;
 use policy::{Kind, Policy, Timeline, UNLIMITED};
+use progress::Progress;
 
 /// Points per line in plots: enough for a smooth curve, few enough for a small file.
 const PLOT_POINTS: usize = 1500;
@@ -125,15 +125,9 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
             .map_err(anyhow::Error::msg)?
     };
     if let Some(path) = &args.plot {
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-        if !matches!(ext, "svg" | "html" | "htm") {
-            bail!(
-                "--plot {}: the file must end in .svg or .html",
-                path.display()
-            );
-        }
+        check_plot_path(path)?;
     }
-    let progress = Progress::new();
+    let progress = Progress::stderr();
     let mut traces = Vec::new();
     for path in &args.traces {
         progress.message(&format!("reading {}", path.display()));
@@ -142,12 +136,7 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
     let (report, panels) = run(&traces, &policies, capacity, args.plot.is_some(), &progress);
     drop(progress);
     if let Some(path) = &args.plot {
-        let text = if path.extension().is_some_and(|e| e == "svg") {
-            plot::svg(&panels)
-        } else {
-            plot::html(&panels)
-        };
-        std::fs::write(path, text).with_context(|| format!("--plot {}", path.display()))?;
+        write_plot(path, &panels)?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -155,6 +144,28 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
         print!("{}", table(&report));
     }
     Ok(0)
+}
+
+/// `--plot FILE` must name an .svg or .html file (checked before any work is done).
+pub fn check_plot_path(path: &Path) -> anyhow::Result<()> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if !matches!(ext, "svg" | "html" | "htm") {
+        bail!(
+            "--plot {}: the file must end in .svg or .html",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Writes the panels as an SVG or HTML file, by the name's extension.
+pub fn write_plot(path: &Path, panels: &[plot::Panel]) -> anyhow::Result<()> {
+    let text = if path.extension().is_some_and(|e| e == "svg") {
+        plot::svg(panels)
+    } else {
+        plot::html(panels)
+    };
+    std::fs::write(path, text).with_context(|| format!("--plot {}", path.display()))
 }
 
 pub fn parse_capacity(text: &str) -> anyhow::Result<u64> {
@@ -173,8 +184,9 @@ pub fn parse_capacity(text: &str) -> anyhow::Result<u64> {
     }
 }
 
-/// Replays every trace through every policy that applies to it.
-fn run(
+/// Replays every trace through every policy that applies to it (with `plot`, sampling each
+/// replay for the plot's panels).
+pub fn run(
     traces: &[Trace],
     policies: &[Policy],
     capacity: u64,
@@ -369,64 +381,5 @@ fn rate(per_sec: f64) -> String {
         format!("{:.1} k", per_sec / 1e3)
     } else {
         format!("{:.0}", per_sec)
-    }
-}
-
-/// A progress bar on stderr for runs that take more than a second, and only on a terminal:
-/// reading the files, then one step per trace and policy.
-struct Progress(Option<ProgressBar>);
-
-impl Progress {
-    /// A bar that stays hidden for its first second.
-    fn new() -> Progress {
-        if !std::io::stderr().is_terminal() {
-            return Progress(None);
-        }
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
-        if let Ok(style) = ProgressStyle::with_template("{elapsed:>4} {spinner} {msg}") {
-            bar.set_style(style);
-        }
-        let late = bar.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs(1));
-            if !late.is_finished() {
-                late.set_draw_target(ProgressDrawTarget::stderr());
-                late.enable_steady_tick(Duration::from_millis(200));
-            }
-        });
-        Progress(Some(bar))
-    }
-
-    /// The files are read: from here on the bar counts `steps` replays.
-    fn start(&self, steps: u64) {
-        if let Some(bar) = &self.0 {
-            bar.set_length(steps);
-            if let Ok(style) =
-                ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {msg}")
-            {
-                bar.set_style(style.progress_chars("=> "));
-            }
-        }
-    }
-
-    fn message(&self, text: &str) {
-        if let Some(bar) = &self.0 {
-            bar.set_message(text.to_string());
-        }
-    }
-
-    fn step(&self) {
-        if let Some(bar) = &self.0 {
-            bar.inc(1);
-        }
-    }
-}
-
-/// Gone from the terminal before the table or an error is printed.
-impl Drop for Progress {
-    fn drop(&mut self) {
-        if let Some(bar) = &self.0 {
-            bar.finish_and_clear();
-        }
     }
 }

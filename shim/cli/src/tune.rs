@@ -1,0 +1,270 @@
+//! `rocmguard tune`: which `PYTORCH_HIP_ALLOC_CONF` a program should run with, found by
+//! replaying its allocation traces through PyTorch's allocator (the `pytorch` policy of
+//! `replay`) under every combination of the settings the recipes tell users to try, one
+//! training run per guess, and through rocmguard's pool. Prints the ranking and the line to
+//! paste, with the default's figures beside it.
+
+pub mod search;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::bail;
+use rocmguard_core::format_size;
+use serde::Serialize;
+
+use crate::replay::policy::{Policy, UNLIMITED};
+use crate::replay::progress::Progress;
+use crate::replay::{self, load};
+use search::{Run, Scored};
+
+/// The pool is named only when it beats PyTorch's best by this much peak reserved / peak live.
+const CLEAR_MARGIN: f64 = 0.02;
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "Tried: every combination of expandable_segments (False, True),
+max_split_size_mb (unset, 512, 256, 128, 64), roundup_power2_divisions (unset, 4, 8) and, with
+--capacity, garbage_collection_threshold (unset, 0.6, 0.8; PyTorch applies it only under a
+memory fraction below 1, so it is tried with per_process_memory_fraction:0.99), and rocmguard's
+pool with PyTorch's cache off.
+
+Ranked by: completing every trace at --capacity, then peak reserved / peak live (the mean over
+the traces), then the smallest device that completes them, then driver calls; of equals, the
+line with fewer settings.
+
+The model is of PyTorch 2.11's CUDA/HIP caching allocator (`rocmguard replay --help`)."
+)]
+pub struct Args {
+    /// Allocation traces of the program (as `rocmguard replay` reads them).
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+    /// Device memory available to the program (24GiB, 80G; default: unlimited).
+    #[arg(long, value_name = "BYTES", default_value = "unlimited")]
+    pub capacity: String,
+    /// Settings listed in the ranking.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub top: usize,
+    /// Plot live and reserved bytes of the default, the pick and the pool (.svg or .html).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Print the results as JSON on stdout instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--json`: every setting's figures per trace, best first, and the pick.
+#[derive(Serialize)]
+struct Report {
+    capacity: Option<u64>,
+    traces: Vec<String>,
+    /// The `PYTORCH_HIP_ALLOC_CONF` value to use ("" for PyTorch's defaults).
+    pick: String,
+    /// Whether rocmguard's pool beats the pick by a clear margin.
+    pool_wins: bool,
+    settings: Vec<Setting>,
+    seconds: f64,
+}
+
+#[derive(Serialize)]
+struct Setting {
+    /// `null` for rocmguard's pool.
+    conf: Option<String>,
+    completes: bool,
+    mean_ratio: f64,
+    runs: Vec<Run>,
+}
+
+pub fn exec(args: Args) -> anyhow::Result<u8> {
+    let start = Instant::now();
+    let capacity = replay::parse_capacity(&args.capacity)?;
+    if let Some(path) = &args.plot {
+        replay::check_plot_path(path)?;
+    }
+    let progress = Progress::stderr();
+    let mut traces = Vec::new();
+    for path in &args.traces {
+        progress.message(&format!("reading {}", path.display()));
+        traces.extend(load::load_path(path)?);
+    }
+    if traces.iter().all(|t| t.allocs == 0) {
+        bail!("the traces hold no allocations: nothing to tune");
+    }
+    let candidates = search::candidates(capacity != UNLIMITED);
+    progress.start((candidates.len() * traces.len()) as u64);
+    progress.message("replaying");
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let mut scored = search::score(&candidates, &traces, capacity, threads, &progress);
+    scored.sort_by(|a, b| a.rank(b));
+    let pool = scored
+        .iter()
+        .position(|s| s.candidate.conf.is_none())
+        .expect("the pool is a candidate");
+    let pool = scored.remove(pool);
+    let default = scored
+        .iter()
+        .find(|s| s.candidate.conf.as_deref() == Some(""))
+        .expect("the default is a candidate")
+        .clone();
+    let pick = scored[0].clone();
+    let pool_wins = pool.completes()
+        && (!pick.completes() || pool.mean_ratio() < pick.mean_ratio() - CLEAR_MARGIN);
+    if let Some(path) = &args.plot {
+        let policies: Vec<Policy> = [&default, &pick, &pool]
+            .iter()
+            .map(|s| s.candidate.policy.clone())
+            .collect();
+        let (_, panels) = replay::run(&traces, &policies, capacity, true, &Progress::none());
+        replay::write_plot(path, &panels)?;
+    }
+    drop(progress);
+    let seconds = start.elapsed().as_secs_f64();
+    let names: Vec<String> = traces.iter().map(|t| t.name.clone()).collect();
+    if args.json {
+        let settings = scored
+            .iter()
+            .chain(std::iter::once(&pool))
+            .map(|s| Setting {
+                conf: s.candidate.conf.clone(),
+                completes: s.completes(),
+                mean_ratio: s.mean_ratio(),
+                runs: s.runs.clone(),
+            })
+            .collect();
+        let report = Report {
+            capacity: (capacity != UNLIMITED).then_some(capacity),
+            traces: names,
+            pick: pick.candidate.conf.clone().unwrap_or_default(),
+            pool_wins,
+            settings,
+            seconds,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(0);
+    }
+    let view = View {
+        names: &names,
+        capacity,
+        top: args.top,
+        seconds,
+        tried: candidates.len(),
+    };
+    print!("{}", view.text(&scored, &default, &pool, pool_wins));
+    Ok(0)
+}
+
+/// What the tables need beside the scores.
+struct View<'a> {
+    names: &'a [String],
+    capacity: u64,
+    top: usize,
+    seconds: f64,
+    tried: usize,
+}
+
+impl View<'_> {
+    fn text(&self, scored: &[Scored], default: &Scored, pool: &Scored, pool_wins: bool) -> String {
+        let capacity = if self.capacity == UNLIMITED {
+            "unlimited".to_string()
+        } else {
+            format_size(self.capacity)
+        };
+        let mut out = format!(
+            "rocmguard tune: {} settings x {} trace(s) ({}), device capacity {}, {:.1} s\n\n",
+            self.tried,
+            self.names.len(),
+            self.names.join(", "),
+            capacity,
+            self.seconds
+        );
+        let width = scored
+            .iter()
+            .take(self.top)
+            .chain([default, pool])
+            .map(|s| s.candidate.label().len())
+            .max()
+            .unwrap_or(0);
+        out.push_str(&format!(
+            "  {:<4} {:<width$}  {:>9} {:>13} {:>12} {:>10}\n",
+            "rank",
+            "PYTORCH_HIP_ALLOC_CONF",
+            "resv/live",
+            "min cap/live",
+            "driver calls",
+            "driver ms",
+            width = width
+        ));
+        let row = |rank: String, s: &Scored| {
+            let ms: f64 = s.runs.iter().map(|r| r.driver_ms).sum();
+            let oom = if s.completes() { "" } else { "  (OOM)" };
+            format!(
+                "  {:<4} {:<width$}  {:>9.3} {:>13.3} {:>12} {:>10.1}{}\n",
+                rank,
+                s.candidate.label(),
+                s.mean_ratio(),
+                s.mean_min_capacity(),
+                s.driver_calls(),
+                ms,
+                oom,
+                width = width
+            )
+        };
+        for (i, s) in scored.iter().take(self.top).enumerate() {
+            out.push_str(&row((i + 1).to_string(), s));
+        }
+        let default_rank = scored
+            .iter()
+            .position(|s| s.candidate.conf.as_deref() == Some(""))
+            .map_or(0, |i| i + 1);
+        if default_rank > self.top {
+            out.push_str(&row(default_rank.to_string(), default));
+        }
+        out.push_str(&row("pool".to_string(), pool));
+        if self.names.len() > 1 {
+            out.push_str("  (resv/live and min cap/live: means over the traces)\n");
+        }
+        out.push('\n');
+        let pick = &scored[0];
+        for (i, name) in self.names.iter().enumerate() {
+            let (p, d) = (&pick.runs[i], &default.runs[i]);
+            let fails = |r: &Run| {
+                if r.ooms > 0 {
+                    " (runs out of memory)"
+                } else {
+                    ""
+                }
+            };
+            out.push_str(&format!(
+                "  {}: peak reserved {} ({} B){} against {} with the default{} ({:+.1}%); \
+                 smallest device {} against {}\n",
+                name,
+                format_size(p.peak_reserved),
+                p.peak_reserved,
+                fails(p),
+                format_size(d.peak_reserved),
+                fails(d),
+                (p.peak_reserved as f64 / d.peak_reserved.max(1) as f64 - 1.0) * 100.0,
+                p.min_capacity.map_or("none".into(), format_size),
+                d.min_capacity.map_or("none".into(), format_size),
+            ));
+        }
+        out.push_str(&format!(
+            "\nPaste before the command (PyTorch 2.9+ reads PYTORCH_ALLOC_CONF first: if that is \
+             set, give it this value instead):\n  PYTORCH_HIP_ALLOC_CONF={}\n",
+            pick.candidate.conf.as_deref().unwrap_or("")
+        ));
+        if pick.candidate.conf.as_deref() == Some("") {
+            out.push_str("  (empty: PyTorch's defaults are the best of the settings tried)\n");
+        }
+        if pool_wins {
+            out.push_str(&format!(
+                "\nrocmguard's pool does better ({:.3} against {:.3} peak reserved / peak live): \
+                 with PyTorch's cache off it is the allocator:\n  \
+                 PYTORCH_NO_HIP_MEMORY_CACHING=1 rocmguard run -- python train.py\n",
+                pool.mean_ratio(),
+                pick.mean_ratio()
+            ));
+        }
+        out
+    }
+}

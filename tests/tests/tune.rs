@@ -1,0 +1,155 @@
+//! `rocmguard tune`: the real binary on the repository's traces. The line it prints is checked
+//! against an independent `replay` of the same setting, its time against issue 23's minute.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use rocmguard_cli::replay::load;
+use rocmguard_tests::{cli, output, root, text};
+use serde_json::Value;
+
+fn traces() -> PathBuf {
+    root().join("data/traces")
+}
+
+fn tune(args: &[&str]) -> Output {
+    output(Command::new(cli()).arg("tune").args(args))
+}
+
+fn json(out: &Output) -> Value {
+    assert!(out.status.success(), "{}", text(out));
+    assert!(out.stderr.is_empty(), "stderr not quiet: {}", text(out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{}: {}", e, text(out)))
+}
+
+/// Peak reserved of `policy` on `trace` as `replay` reports it.
+fn replayed_peak(trace: &Path, policy: &str) -> u64 {
+    let out = output(
+        Command::new(cli())
+            .args(["replay", "--json", "--policy", policy])
+            .arg(trace),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["traces"][0]["policies"][0]["peak_reserved"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Issue 23: on resnet_train tune prints a line to paste whose peak reserved, replayed on its
+/// own, is no worse than the default's, with the default's figures beside it.
+#[test]
+fn tune_prints_a_line_no_worse_than_the_default() {
+    let trace = traces().join("resnet_train.csv.gz");
+    let out = tune(&[trace.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let line = table
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("PYTORCH_HIP_ALLOC_CONF="))
+        .unwrap_or_else(|| panic!("no line to paste in\n{}", table));
+    for want in [
+        "(unset: PyTorch's defaults)",
+        "with the default",
+        "rocmguard's pool",
+    ] {
+        assert!(table.contains(want), "no `{}` in\n{}", want, table);
+    }
+    let pick = replayed_peak(&trace, &format!("pytorch:{}", line));
+    let default = replayed_peak(&trace, "pytorch");
+    assert!(
+        pick <= default,
+        "{}: {} B, default {} B",
+        line,
+        pick,
+        default
+    );
+    assert!(
+        table.contains(&format!("({} B)", pick)),
+        "tune and replay agree on {}:\n{}",
+        pick,
+        table
+    );
+}
+
+/// Under a minute for the repository's largest trace (most allocations and frees), as for
+/// resnet_train.
+#[test]
+fn tune_takes_under_a_minute_per_trace() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(traces())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".csv.gz"))
+        .collect();
+    files.sort();
+    let largest = files
+        .iter()
+        .max_by_key(|p| load::load_path(p).unwrap()[0].events())
+        .unwrap()
+        .clone();
+    for trace in [traces().join("resnet_train.csv.gz"), largest] {
+        let start = Instant::now();
+        let report = json(&tune(&["--json", trace.to_str().unwrap()]));
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_secs(60),
+            "{}: {:?}",
+            trace.display(),
+            took
+        );
+        // Every setting was tried: 5 max_split x 3 divisions x 2 expandable, and the pool.
+        assert_eq!(report["settings"].as_array().unwrap().len(), 31);
+    }
+}
+
+/// With a capacity the default cannot complete resnet_train in, the pick completes it, the
+/// default is marked, and garbage collection is tried (it acts only under a fraction).
+#[test]
+fn tune_at_a_capacity_picks_a_setting_that_completes() {
+    let trace = traces().join("resnet_train.csv.gz");
+    let report = json(&tune(&[
+        "--json",
+        "--capacity",
+        "3100MiB",
+        trace.to_str().unwrap(),
+    ]));
+    let settings = report["settings"].as_array().unwrap();
+    assert_eq!(settings.len(), 91, "with garbage collection thresholds");
+    assert_eq!(settings[0]["completes"], true, "{}", settings[0]);
+    let default = settings.iter().find(|s| s["conf"] == "").unwrap();
+    assert_eq!(default["completes"], false, "{}", default);
+    assert!(settings.iter().any(|s| s["conf"]
+        .as_str()
+        .is_some_and(|c| c.contains("garbage_collection_threshold:0.6"))));
+    let out = tune(&["--capacity", "3100MiB", trace.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("(OOM)"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn tune_plots_the_default_the_pick_and_the_pool() {
+    let dir = tempfile::Builder::new()
+        .prefix("rocmguard-tune-")
+        .tempdir()
+        .unwrap();
+    let svg = dir.path().join("tune.svg");
+    let trace = traces().join("unet.csv.gz");
+    let out = tune(&["--plot", svg.to_str().unwrap(), trace.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let doc = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(
+        doc.lines().filter(|l| l.starts_with("<polyline")).count(),
+        3
+    );
+    for want in ["unet", "pytorch:", "rocmguard"] {
+        assert!(doc.contains(want), "no {} in the plot", want);
+    }
+    let out = tune(&["--plot", "x.png", trace.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = tune(&["--capacity", "85%", trace.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("share needs a device size"));
+}
