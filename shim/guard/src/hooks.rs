@@ -12,15 +12,21 @@
 //! `pass` names a closure that makes the plain runtime call with the same arguments; it is also
 //! what runs when the guard is off or degraded.
 //!
-//! A hook entered while a call into its own runtime is under way on the same thread (made by a
-//! hook's `pass` or by the guard, [`calling`]) is that runtime calling its own export through
-//! its PLT, as a library linked without `-Bsymbolic` does (HAMi#1707 reports it of ROCm 7; hipsim
-//! does it under `HIPSIM_SELF_CALLS=1`): it goes straight to the runtime. The outer call is the
-//! one the guard counts, and the inner one must not wait on a pool lock the outer may hold.
-//! Calls into another face's runtime (rocBLAS allocating its workspace with `hipMalloc`) are
-//! still guarded.
+//! A hook entered while the guard's own call into the same runtime is under way on that thread
+//! ([`calling`]: the pool's `hipMalloc`, `hipFree` and synchronize, and the pass-through
+//! allocations it charges to the cap) is that runtime calling its own export through its PLT,
+//! as a library linked without `-Bsymbolic` does (HAMi#1707 reports it of ROCm 7; hipsim does it
+//! under `HIPSIM_SELF_CALLS=1`): it goes straight to the runtime. The outer call is the one the
+//! guard counts, and the inner one must not wait on a pool lock the outer may hold. Calls into
+//! another face's runtime (rocBLAS allocating its workspace with `hipMalloc`) are still guarded.
+//! A hook pays one relaxed load for this while no such call is under way in the process, and a
+//! thread-local read while one is.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Calls marked by [`calling`] under way in the process, on any thread.
+static UNDER_WAY: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// The runtime this thread is calling into (the address of its face's `real::RUNTIME`), 0
@@ -28,20 +34,29 @@ thread_local! {
     static CALLING: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Whether this thread is inside a call into `runtime`.
+/// Whether this thread is inside a call into `runtime` marked by [`calling`].
 #[inline]
 pub fn inside(runtime: &'static u8) -> bool {
+    UNDER_WAY.load(Ordering::Relaxed) != 0 && calling_into(runtime)
+}
+
+/// The thread-local half of [`inside`], out of line: LLVM may otherwise compute the
+/// thread-local's address (a `__tls_get_addr` call in a shared library) before the cheap test.
+#[cold]
+#[inline(never)]
+fn calling_into(runtime: &'static u8) -> bool {
     let id = runtime as *const u8 as usize;
     CALLING.try_with(|c| c.get() == id).unwrap_or(false)
 }
 
-/// Runs `call`, a call into `runtime`, marked as such for the hooks it may reach.
-#[inline]
+/// Runs `call`, the guard's own call into `runtime`, marked for the hooks it may reach.
 pub fn calling<T>(runtime: &'static u8, call: impl FnOnce() -> T) -> T {
     let id = runtime as *const u8 as usize;
+    UNDER_WAY.fetch_add(1, Ordering::Relaxed);
     let outer = CALLING.try_with(|c| c.replace(id)).unwrap_or(0);
     let result = call();
     let _ = CALLING.try_with(|c| c.set(outer));
+    UNDER_WAY.fetch_sub(1, Ordering::Relaxed);
     result
 }
 
@@ -77,7 +92,7 @@ macro_rules! hooks {
                     match real::$name.get() {
                         // SAFETY (the hook's own unsafe context): the caller's own arguments,
                         // passed on unchanged.
-                        Some(f) => $crate::hooks::calling(&real::RUNTIME, || f($($arg),*)),
+                        Some(f) => f($($arg),*),
                         None => $missing,
                     }
                 };

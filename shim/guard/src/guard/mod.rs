@@ -576,6 +576,9 @@ impl Active {
             self.refused(device, pool, size as u64);
             return OUT_OF_MEMORY;
         }
+        // The runtime may make it with its own exports (hipMallocManaged over hipMalloc): counted
+        // here once, not again by our hooks.
+        let mut call = || crate::hooks::calling(self.api.runtime, &mut call);
         let mut code = call();
         let mut attempt = 0;
         while code == OUT_OF_MEMORY && attempt < self.config.retries {
