@@ -49,7 +49,7 @@ impl Source {
             (self.api.set_device)(self.device);
             before
         };
-        let r = f(vmm);
+        let r = calling(self.api.runtime, || f(vmm));
         if current != self.device {
             // SAFETY: the device that was current before, made current again.
             unsafe { (self.api.set_device)(current) };
