@@ -6,8 +6,7 @@ use std::sync::MutexGuard;
 
 use super::state::{Backing, Fit, Kind, State};
 use super::{
-    round_up, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, SEGMENT, SMALL_REQUEST,
-    WARMUP_SEGMENT,
+    round_up, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, SEGMENT, WARMUP_SEGMENT,
 };
 use crate::source::DeviceSource;
 
@@ -242,17 +241,13 @@ impl<S: DeviceSource> Pool<S> {
 
     /// Adds a segment that can serve `rounded` bytes, within cap, headroom and threshold.
     fn grow(&self, st: &mut State, rounded: u64) -> Result<u32, AllocError> {
-        if st.virtual_memory {
+        let kind = st.kind_for(rounded);
+        if st.virtual_memory && kind == Kind::Large {
             match self.grow_virtual(st, rounded) {
                 Some(block) => return Ok(block),
                 None => self.give_up_virtual_memory(st),
             }
         }
-        let kind = if rounded <= SMALL_REQUEST {
-            Kind::Small
-        } else {
-            Kind::Large
-        };
         let minimal = round_up(rounded, SEGMENT);
         let preferred = if kind == Kind::Small {
             SEGMENT

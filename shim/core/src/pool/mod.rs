@@ -56,8 +56,11 @@ pub const SMALL_REQUEST: u64 = 1 << 20;
 /// them, so the next few of the same size land in it too.
 pub const MEDIUM_REQUEST: u64 = 10 << 20;
 pub const MEDIUM_SEGMENT: u64 = 20 << 20;
-/// Virtual segments map device memory in runs of at most this size, so that a block left in a
-/// run pins at most this much (smaller runs cost more device calls).
+/// Memory mapped ahead of a request reaches at most this far. Each 2 MiB page of a run mapped
+/// at once is a piece of device memory of its own (`hipMemCreate` per page), so the run goes
+/// back to the device page by page, as its pages fall idle: a long-lived block pins its own
+/// pages, not the run. Pieces of one size are also what ROCm 7.2's `hipMemSetAccess` accepts
+/// (it sums a reservation's mappings from its first; SWDEV-568260).
 pub const MAPPING_CHUNK: u64 = 128 << 20;
 /// A piece mapped for a request reaches past it, into free address space, until it holds at
 /// least this fraction (1 / n) of what the pool has mapped: see `virtual_segment::piece_target`.

@@ -1,7 +1,8 @@
 //! Virtual segments: an address range reserved from the device and backed by device memory only
-//! where blocks are, in 2 MiB pages mapped a run at a time. A run ("mapping") goes back to the
-//! device once no block touches any of its pages, so a long-lived block in the middle of a big
-//! segment pins its own pages, not the segment: what PyTorch's `expandable_segments` builds on.
+//! where blocks are, in 2 MiB pages mapped a run at a time, each page a piece of device memory
+//! of its own ("mapping"). A page goes back to the device once no block touches it, so a
+//! long-lived block in the middle of a big segment pins its own pages, not the segment nor the
+//! run it was mapped with: what PyTorch's `expandable_segments` builds on, at its granularity.
 //!
 //! Pure bookkeeping: which page is mapped by which run, and how many live or quarantined blocks
 //! touch it. The pool makes the device calls.
@@ -238,13 +239,20 @@ impl Mappings {
         out
     }
 
-    /// Checks each mapping's pages and busy pages against `counts` (from [`Pages::check`] over
-    /// every virtual segment) and returns the bytes mapped.
+    /// Checks that each mapping is one page, and its pages and busy pages against `counts`
+    /// (from [`Pages::check`] over every virtual segment); returns the bytes mapped.
     pub(crate) fn check(&self, counts: &[(u32, u32)]) -> Result<u64, String> {
         let mut total = 0;
         for (i, m) in self.runs.iter().enumerate() {
             if let Some(m) = m {
                 let (pages, busy) = counts.get(i).copied().unwrap_or((0, 0));
+                // Each page its own piece, so each goes back alone.
+                if m.size != SEGMENT || m.addr % SEGMENT != 0 {
+                    return Err(format!(
+                        "mapping at {:#x} of {} bytes is not one page",
+                        m.addr, m.size
+                    ));
+                }
                 if u64::from(pages) * SEGMENT != m.size {
                     return Err(format!(
                         "mapping at {:#x} of {} bytes backs {} pages",

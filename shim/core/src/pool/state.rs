@@ -198,9 +198,11 @@ impl State {
         }
     }
 
-    /// Which pool serves `rounded` bytes. Virtual segments serve every size.
+    /// Which pool serves `rounded` bytes. Small requests keep to 2 MiB segments of their own
+    /// with virtual memory too: spread through a virtual segment, a long-lived small block pins
+    /// a whole 2 MiB page of it.
     pub(super) fn kind_for(&self, rounded: u64) -> Kind {
-        if rounded <= SMALL_REQUEST && !self.virtual_memory {
+        if rounded <= SMALL_REQUEST {
             Kind::Small
         } else {
             Kind::Large

@@ -161,7 +161,7 @@ impl<S: DeviceSource> Pool<S> {
         let last = runs.len() - 1;
         for (i, (addr, size)) in runs.iter_mut().enumerate() {
             let ask = if i == last { *size + extra } else { *size };
-            let tokens = match self.source.map(*addr, ask, MAPPING_CHUNK) {
+            let tokens = match self.source.map(*addr, ask, SEGMENT) {
                 Ok(tokens) if i == last => {
                     *size += extra;
                     tokens
@@ -172,15 +172,13 @@ impl<S: DeviceSource> Pool<S> {
                 Err(e) if i == last && extra > 0 && e.out_of_memory => {
                     st.stats.retries += 1;
                     self.source
-                        .map(*addr, *size, MAPPING_CHUNK)
+                        .map(*addr, *size, SEGMENT)
                         .map_err(AllocError::Source)?
                 }
                 Err(e) => return Err(AllocError::Source(e)),
             };
-            let (addr, size) = (*addr, *size);
             for (i, token) in tokens.into_iter().enumerate() {
-                let at = addr + i as u64 * MAPPING_CHUNK;
-                st.add_mapping(seg, (at, MAPPING_CHUNK.min(addr + size - at)), token);
+                st.add_mapping(seg, (*addr + i as u64 * SEGMENT, SEGMENT), token);
             }
         }
         Ok(true)
@@ -189,8 +187,8 @@ impl<S: DeviceSource> Pool<S> {
     /// How many bytes to map ahead, past the end of `runs` (the unmapped runs under the window
     /// `(at, rounded)` of a request, `need` bytes in all), in free block `block`: what brings
     /// the piece up to
-    /// [`piece_target`], where those pages are unmapped and free, within the trim threshold
-    /// and the cap (nothing is trimmed for it) and the headroom.
+    /// [`piece_target`], where those pages are unmapped and free, within the peak reserved so
+    /// far, the trim threshold, the cap (nothing is trimmed for it) and the headroom.
     fn room_ahead(
         &self,
         st: &State,
@@ -218,10 +216,9 @@ impl<S: DeviceSource> Pool<S> {
             Some(&(addr, size)) if addr == run_end => size,
             _ => return 0,
         };
-        let cap = st.stats.cap;
-        let threshold = (self.options.trim_threshold * cap as f64) as u64;
+        // Room under the peak only: memory mapped on a bet must not set a new one.
         let used = st.stats.reserved + st.stats.external + need;
-        let mut extra = free.min(threshold.min(cap).saturating_sub(used));
+        let mut extra = free.min(self.growth_limit(st, need).saturating_sub(used));
         if self.options.headroom > 0 {
             let device_free = self.source.mem_info().map_or(0, |(f, _)| f);
             extra = extra.min(device_free.saturating_sub(need + self.options.headroom));
