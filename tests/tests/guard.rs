@@ -114,8 +114,8 @@ fn virtual_segments_join_free_neighbours_and_give_back_what_no_block_uses() {
     assert_eq!(s.num("span_data_ok"), 1, "data holds across the runs");
     assert_eq!(
         s.num("device_live_under_4mib"),
-        100 * MIB as i64,
-        "only the run under the 4 MiB block stays"
+        4 * MIB as i64,
+        "only the pages under the 4 MiB block stay, not the run they were mapped with"
     );
     // Without virtual memory in the runtime: plain segments, one more device call, and the whole
     // 200 MiB segment stays under the 4 MiB block.
@@ -208,7 +208,8 @@ fn mem_pool_trim_to_releases_pooled_memory() {
 fn repeated_pairs_are_served_from_the_pool() {
     let s = guarded("guard_ops", &["pooled"], &[]);
     s.succeeded();
-    assert!(s.num("device_allocs") <= 2, "{}", text(&s.out));
+    // The first-use check's page and the two pages under the 3 MiB block.
+    assert!(s.num("device_allocs") <= 3, "{}", text(&s.out));
     assert_eq!(
         unguarded("guard_ops", &["pooled"], &[]).num("device_allocs"),
         1000

@@ -110,6 +110,71 @@ fn a_long_lived_block_pins_its_own_pages_only() {
     assert!(pool.source().is_backed(keep, 3 * MIB / 2));
 }
 
+#[test]
+fn memory_mapped_ahead_stays_under_the_peak_the_trim_threshold_and_the_cap() {
+    // Nothing ahead of a request while the pool grows past its peak: a bet must not set one.
+    let fresh = Pool::new(CountingSource::new(DEVICE), options());
+    fresh.alloc(3 << 20).unwrap();
+    assert_eq!(fresh.stats().reserved, 4 << 20, "only the request's pages");
+    // Cap 12 MiB, trim at 80%, a peak of 12 MiB set before: a 3 MiB request needs 4 MiB of
+    // pages; ahead of it only what keeps reserved at or under 9.6 MiB, whole pages: 8 MiB.
+    let pool = Pool::new(CountingSource::new(DEVICE), options());
+    pool.set_cap(12 << 20);
+    let whole = pool.alloc(12 << 20).unwrap();
+    pool.free(whole);
+    pool.trim_to(0);
+    let a = pool.alloc(3 << 20).unwrap();
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.stats().reserved, 8 << 20);
+    let maps = pool.source().maps.load(Ordering::Relaxed);
+    let b = pool.alloc(3 << 20).unwrap();
+    assert_eq!(
+        pool.source().maps.load(Ordering::Relaxed),
+        maps,
+        "the second lands in the first's run"
+    );
+    // A device that refuses the memory mapped ahead still serves the request (a retry).
+    let tight = Pool::new(CountingSource::new(8 << 20), options());
+    let first = tight.alloc(8 << 20).unwrap();
+    tight.free(first);
+    tight.trim_to(0);
+    tight.source().alloc(4 << 20).unwrap();
+    assert!(tight.alloc(3 << 20).is_ok());
+    assert_eq!(tight.stats().reserved, 4 << 20);
+    assert_eq!(tight.stats().retries, 1);
+    tight.check_invariants().unwrap();
+    pool.free(a);
+    pool.free(b);
+}
+
+#[test]
+fn a_pool_growing_back_to_its_peak_maps_fewer_runs_than_requests() {
+    // 400 requests of 1.25 MiB, all live: 500 MiB, twice, everything given back in between.
+    // The second time, under the first's peak, runs of at least 1/64 of what the pool holds
+    // are mapped ahead: far fewer map calls than requests.
+    let pool = Pool::new(CountingSource::new(DEVICE), options());
+    let mut blocks: Vec<u64> = (0..400).map(|_| pool.alloc(5 << 18).unwrap()).collect();
+    for b in blocks.drain(..) {
+        pool.free(b);
+    }
+    pool.trim_to(0);
+    let maps = pool.source().maps.load(Ordering::Relaxed);
+    blocks = (0..400).map(|_| pool.alloc(5 << 18).unwrap()).collect();
+    pool.check_invariants().unwrap();
+    let s = pool.stats();
+    let calls = pool.source().maps.load(Ordering::Relaxed) - maps;
+    assert!(calls <= 140, "{} map calls", calls);
+    assert!(
+        s.peak_reserved as f64 <= s.peak_live as f64 * 1.05,
+        "{} reserved for {} live",
+        s.peak_reserved,
+        s.peak_live
+    );
+    for b in blocks {
+        pool.free(b);
+    }
+}
+
 /// A device whose `fail_at`-th map call (counting from 1) fails as out of memory, after
 /// creating and then undoing part of its run, as the real one does.
 struct FailingNth {
