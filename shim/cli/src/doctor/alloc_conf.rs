@@ -3,11 +3,12 @@
 //! PyTorch would refuse at its first allocation is caught before the job starts.
 
 /// The variables PyTorch reads, in its order: the first one set wins and the others are
-/// ignored (ROCm builds read the CUDA name first).
+/// ignored. PyTorch 2.9+ reads PYTORCH_ALLOC_CONF first, then the CUDA name, then the HIP one
+/// (`AcceleratorAllocatorConfig::instance` in c10/core/AllocatorConfig.cpp).
 pub const VARS: &[&str] = &[
+    "PYTORCH_ALLOC_CONF",
     "PYTORCH_CUDA_ALLOC_CONF",
     "PYTORCH_HIP_ALLOC_CONF",
-    "PYTORCH_ALLOC_CONF",
 ];
 
 /// What a valid line says, as far as rocmguard cares.

@@ -11,6 +11,7 @@ use super::{Check, Context};
 mod hardware;
 mod installation;
 mod pytorch;
+mod recipes;
 mod self_test;
 mod settings;
 mod targets;
@@ -34,6 +35,7 @@ pub fn all(ctx: &Context) -> Vec<Check> {
     out.push(gfx_override(ctx));
     out.push(pytorch_alloc_conf(ctx));
     out.push(no_caching(ctx));
+    out.push(recipes::recipe_vars(ctx));
     out.push(caps(ctx));
     out.push(rocmguard_env(ctx));
     out.push(xnack(ctx));

@@ -44,7 +44,7 @@ pub(super) fn pytorch_alloc_conf(ctx: &Context) -> Check {
             Status::Warn,
             format!("{}; PyTorch reads it first and ignores {}", shown, ignored.join(", ")),
         )
-        .fix("keep one variable (PyTorch's order: PYTORCH_CUDA_ALLOC_CONF, PYTORCH_HIP_ALLOC_CONF, PYTORCH_ALLOC_CONF)"),
+        .fix("keep one variable (PyTorch 2.9+'s order: PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF, PYTORCH_HIP_ALLOC_CONF)"),
         Ok(conf) if !conf.unknown.is_empty() => Check::new(
             id,
             title,
