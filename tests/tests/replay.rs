@@ -1191,4 +1191,36 @@ fn a_replay_leaves_nothing_behind() {
     assert!(out.status.success(), "{}", text(&out));
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert!(left.is_empty(), "left in TMPDIR: {:?}", left);
+    let doc = std::fs::read_to_string(&plot).unwrap();
+    assert!(
+        doc.contains("pytorch") && doc.contains("<polyline"),
+        "the plot draws it"
+    );
+}
+
+/// A `pytorch:CONF` PyTorch would refuse is refused with PyTorch's words.
+#[test]
+fn pytorch_confs_pytorch_refuses_are_refused() {
+    let f = fixture("two_allocs.csv");
+    for (conf, says) in [
+        (
+            "max_split_size_mb:16",
+            "CachingAllocator option max_split_size_mb too small, must be >= 20",
+        ),
+        ("expandable_segments:true", "Expected 'True' or 'False'"),
+        (
+            "max_split_size=128",
+            "Unrecognized key 'max_split_size=128' in CUDA allocator config",
+        ),
+    ] {
+        let policy = format!("pytorch:{}", conf);
+        let out = replay(&["--policy", &policy], &[&f]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("policy `{}`", policy)) && err.contains(says),
+            "{}",
+            err
+        );
+    }
 }
