@@ -36,7 +36,7 @@ const GRANULARITY_RECOMMENDED: c_int = 1;
 /// `hipMemLocation`: 8 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct MemLocation {
+pub struct MemLocation {
     /// `hipMemLocationType`.
     pub kind: c_int,
     pub id: c_int,
