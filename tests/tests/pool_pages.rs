@@ -26,69 +26,31 @@ fn fresh() -> Pool<CountingSource> {
 
 #[test]
 fn a_page_goes_back_while_its_neighbours_stay_live() {
-    // Three 2 MiB blocks, one page each, side by side on a run of three pages mapped with one
-    // call: the middle one freed and trimmed, its page goes back to the device; its neighbours
-    // keep theirs.
+    // a 3 MiB, m 4 MiB, c 2 MiB side by side from the segment's start: m shares its first page
+    // with a and its last with c, and has one page of its own. m freed and trimmed: that page
+    // goes back to the device; the shared ones stay under a and c.
     let pool = fresh();
-    let run = pool.alloc(6 * MIB).unwrap();
-    pool.free(run);
-    let (a, b, c) = (
-        pool.alloc(2 * MIB).unwrap(),
-        pool.alloc(2 * MIB).unwrap(),
-        pool.alloc(2 * MIB).unwrap(),
-    );
-    assert_eq!(
-        (a, b - a, c - b),
-        (run, 2 * MIB, 2 * MIB),
-        "side by side on the run"
-    );
-    assert_eq!(
-        pool.source().maps.load(Ordering::Relaxed),
-        1,
-        "one map call"
-    );
-    pool.free(b);
+    let a = pool.alloc(3 * MIB).unwrap();
+    let m = pool.alloc(4 * MIB).unwrap();
+    let c = pool.alloc(2 * MIB).unwrap();
+    assert_eq!((m - a, c - m), (3 * MIB, 4 * MIB), "side by side");
+    assert_eq!(pool.source().used(), 10 * MIB);
+    pool.free(m);
     pool.trim_to(0);
     pool.check_invariants().unwrap();
-    assert_eq!(pool.stats().reserved, 4 * MIB);
-    assert_eq!(pool.source().used(), 4 * MIB, "given back on the device");
-    assert!(!pool.source().is_backed(b, 1), "the freed page is unmapped");
-    assert!(pool.source().is_backed(a, 2 * MIB) && pool.source().is_backed(c, 2 * MIB));
-    let b2 = pool.alloc(2 * MIB).unwrap();
+    assert_eq!(pool.stats().reserved, 8 * MIB);
+    assert_eq!(pool.source().used(), 8 * MIB, "given back on the device");
     assert!(
-        pool.source().is_backed(b2, 2 * MIB),
+        !pool.source().is_backed(a + 4 * MIB, 1),
+        "m's own page is unmapped"
+    );
+    assert!(pool.source().is_backed(a, 3 * MIB) && pool.source().is_backed(c, 2 * MIB));
+    let m2 = pool.alloc(4 * MIB).unwrap();
+    assert!(
+        pool.source().is_backed(m2, 4 * MIB),
         "mapped again for its next block"
     );
     pool.check_invariants().unwrap();
-}
-
-#[test]
-fn a_run_mapped_at_once_goes_back_in_parts() {
-    // A 20 MiB block, its ten pages mapped with one call; freed, then a 3 MiB block at its
-    // start (no call: mapped already). A trim gives back the eight pages it does not touch,
-    // though all ten came in one run.
-    let pool = fresh();
-    let big = pool.alloc(20 * MIB).unwrap();
-    assert_eq!(
-        pool.source().maps.load(Ordering::Relaxed),
-        1,
-        "one map call"
-    );
-    pool.free(big);
-    let small = pool.alloc(3 * MIB).unwrap();
-    assert_eq!(small, big, "served from the mapped run");
-    pool.trim_to(0);
-    pool.check_invariants().unwrap();
-    assert_eq!(
-        pool.stats().reserved,
-        4 * MIB,
-        "two pages under the 3 MiB block"
-    );
-    assert_eq!(pool.source().used(), 4 * MIB);
-    assert!(pool.source().is_backed(small, 3 * MIB));
-    pool.free(small);
-    pool.trim_to(0);
-    assert_eq!(pool.source().used(), 0);
 }
 
 #[test]
@@ -111,68 +73,56 @@ fn a_long_lived_block_pins_its_own_pages_only() {
 }
 
 #[test]
-fn memory_mapped_ahead_stays_under_the_peak_the_trim_threshold_and_the_cap() {
-    // Nothing ahead of a request while the pool grows past its peak: a bet must not set one.
-    let fresh = Pool::new(CountingSource::new(DEVICE), options());
-    fresh.alloc(3 << 20).unwrap();
-    assert_eq!(fresh.stats().reserved, 4 << 20, "only the request's pages");
-    // Cap 12 MiB, trim at 80%, a peak of 12 MiB set before: a 3 MiB request needs 4 MiB of
-    // pages; ahead of it only what keeps reserved at or under 9.6 MiB, whole pages: 8 MiB.
-    let pool = Pool::new(CountingSource::new(DEVICE), options());
-    pool.set_cap(12 << 20);
-    let whole = pool.alloc(12 << 20).unwrap();
-    pool.free(whole);
-    pool.trim_to(0);
-    let a = pool.alloc(3 << 20).unwrap();
+fn a_request_gets_its_own_whole_pages_as_one_piece_and_shared_pages_alone() {
+    // 9 MiB at the segment's start: its four whole pages one piece, the page it ends in (which
+    // the next block shares) another. 5 MiB after it: that shared page is mapped already, its
+    // own two whole pages one piece.
+    let pool = fresh();
+    let a = pool.alloc(9 * MIB).unwrap();
+    assert_eq!(pool.stats().source_allocs, 2);
+    let b = pool.alloc(5 * MIB).unwrap();
+    assert_eq!(b, a + 9 * MIB);
+    assert_eq!(pool.stats().source_allocs, 3);
     pool.check_invariants().unwrap();
-    assert_eq!(pool.stats().reserved, 8 << 20);
-    let maps = pool.source().maps.load(Ordering::Relaxed);
-    let b = pool.alloc(3 << 20).unwrap();
-    assert_eq!(
-        pool.source().maps.load(Ordering::Relaxed),
-        maps,
-        "the second lands in the first's run"
-    );
-    // A device that refuses the memory mapped ahead still serves the request (a retry).
-    let tight = Pool::new(CountingSource::new(8 << 20), options());
-    let first = tight.alloc(8 << 20).unwrap();
-    tight.free(first);
-    tight.trim_to(0);
-    tight.source().alloc(4 << 20).unwrap();
-    assert!(tight.alloc(3 << 20).is_ok());
-    assert_eq!(tight.stats().reserved, 4 << 20);
-    assert_eq!(tight.stats().retries, 1);
-    tight.check_invariants().unwrap();
+    // a goes: its 8 MiB piece goes back whole; the shared page stays under b.
     pool.free(a);
-    pool.free(b);
+    pool.trim_to(0);
+    pool.check_invariants().unwrap();
+    assert_eq!(
+        pool.source().used(),
+        6 * MIB,
+        "b's pages: the shared one and its own two"
+    );
 }
 
 #[test]
-fn a_pool_growing_back_to_its_peak_maps_fewer_runs_than_requests() {
-    // 400 requests of 1.25 MiB, all live: 500 MiB, twice, everything given back in between.
-    // The second time, under the first's peak, runs of at least 1/64 of what the pool holds
-    // are mapped ahead: far fewer map calls than requests.
-    let pool = Pool::new(CountingSource::new(DEVICE), options());
-    let mut blocks: Vec<u64> = (0..400).map(|_| pool.alloc(5 << 18).unwrap()).collect();
-    for b in blocks.drain(..) {
-        pool.free(b);
-    }
-    pool.trim_to(0);
-    let maps = pool.source().maps.load(Ordering::Relaxed);
-    blocks = (0..400).map(|_| pool.alloc(5 << 18).unwrap()).collect();
-    pool.check_invariants().unwrap();
-    let s = pool.stats();
-    let calls = pool.source().maps.load(Ordering::Relaxed) - maps;
-    assert!(calls <= 140, "{} map calls", calls);
-    assert!(
-        s.peak_reserved as f64 <= s.peak_live as f64 * 1.05,
-        "{} reserved for {} live",
-        s.peak_reserved,
-        s.peak_live
+fn a_whole_piece_serves_one_block_and_only_one_that_nearly_covers_it() {
+    let pool = fresh();
+    let a = pool.alloc(16 * MIB).unwrap();
+    let guard = pool.alloc(4 * MIB).unwrap();
+    pool.free(a);
+    let calls = pool.stats().source_allocs;
+    // Seven eighths of it or more: served there, with the rest of the piece, no device call.
+    let b = pool.alloc(15 * MIB).unwrap();
+    assert_eq!((b, pool.stats().source_allocs), (a, calls));
+    assert_eq!(
+        pool.block_containing(a + 16 * MIB - 1),
+        None,
+        "the rest is b's, unasked"
     );
-    for b in blocks {
-        pool.free(b);
-    }
+    pool.check_invariants().unwrap();
+    pool.free(b);
+    // A smaller block never lands on it: it would pin 16 MiB. The piece goes back first.
+    let c = pool.alloc(3 * MIB).unwrap();
+    pool.check_invariants().unwrap();
+    pool.trim_to(0);
+    let s = pool.stats();
+    assert!(
+        s.reserved <= 4 * MIB + 4 * MIB,
+        "{} bytes for 7 MiB live",
+        s.reserved
+    );
+    assert!(pool.source().is_backed(c, 3 * MIB) && pool.source().is_backed(guard, 4 * MIB));
 }
 
 /// A device whose `fail_at`-th map call (counting from 1) fails as out of memory, after
@@ -216,7 +166,7 @@ impl DeviceSource for FailingNth {
     fn map(&self, addr: u64, size: u64, chunk: u64) -> Result<Vec<u64>, SourceError> {
         if self.calls.fetch_add(1, Ordering::Relaxed) + 1 == self.fail_at {
             // Part of the run made, then undone: all or nothing.
-            let half = (size / 2) & !(chunk - 1);
+            let half = size / 2 / chunk * chunk;
             if half > 0 {
                 let tokens = self.inner.map(addr, half, chunk)?;
                 for (i, t) in tokens.into_iter().enumerate() {

@@ -123,9 +123,12 @@ impl<S: DeviceSource> Pool<S> {
         };
         if let Some(block) = mapped {
             // Mapped at its start: handed out there with no device call (what
-            // `take_window` comes to for it, without looking at its pages three more times).
+            // `take_window` comes to for it, without looking at its pages three more times),
+            // with the rest of a piece mapped whole that it nearly covers.
+            let b = &st.blocks[block as usize];
+            let fit = st.fit_whole(b.seg, b.addr, rounded).unwrap_or(rounded);
             st.stats.pool_hits += 1;
-            return Step::Served(self.take(st, block, rounded, size));
+            return Step::Served(self.take(st, block, fit, size));
         }
         let found = st.find(kind, rounded, oversize, fit, Backing::Any);
         let error = match found {
@@ -150,7 +153,7 @@ impl<S: DeviceSource> Pool<S> {
                 match self.grow(st, rounded) {
                     Ok(block) => {
                         let at = st.blocks[block as usize].addr;
-                        match self.back(st, block, at, rounded, true) {
+                        match self.back(st, block, (at, rounded), true) {
                             Ok(_) => return Step::Served(self.take(st, block, rounded, size)),
                             Err(e) => e,
                         }
@@ -173,7 +176,8 @@ impl<S: DeviceSource> Pool<S> {
         size: u64,
     ) -> Result<u64, AllocError> {
         let at = st.best_window(block, rounded);
-        let called = self.back(st, block, at, rounded, true)?;
+        let rounded = self.clear_whole(st, block, at, rounded)?;
+        let called = self.back(st, block, (at, rounded), true)?;
         let addr = st.blocks[block as usize].addr;
         let block = if at == addr {
             block
@@ -182,6 +186,30 @@ impl<S: DeviceSource> Pool<S> {
         };
         st.stats.pool_hits += u64::from(!called);
         Ok(self.take(st, block, rounded, size))
+    }
+
+    /// Before `[at, at + rounded)` of free block `block` is handed out: pieces mapped whole
+    /// that it would share go back to the device (no block touches them: they lie in a free
+    /// block); returns the window's size, with the rest of a piece it nearly covers.
+    fn clear_whole(
+        &self,
+        st: &mut State,
+        block: u32,
+        at: u64,
+        rounded: u64,
+    ) -> Result<u64, AllocError> {
+        let seg = st.blocks[block as usize].seg;
+        match st.fit_whole(seg, at, rounded) {
+            Ok(fit) => Ok(fit),
+            Err(pieces) => {
+                for m in pieces {
+                    if !self.give_back_mapping(st, m) {
+                        return Err(AllocError::OverCap);
+                    }
+                }
+                Ok(rounded)
+            }
+        }
     }
 
     /// Hands out free block `block` for `rounded` bytes of the `requested`.
@@ -194,7 +222,8 @@ impl<S: DeviceSource> Pool<S> {
         let oversize = self.options.oversize();
         let block = st.find(Kind::Large, rounded, oversize, Fit::Any, Backing::Any)?;
         let at = st.blocks[block as usize].addr;
-        let called = self.back(st, block, at, rounded, true).ok()?;
+        let rounded = self.clear_whole(st, block, at, rounded).ok()?;
+        let called = self.back(st, block, (at, rounded), true).ok()?;
         st.stats.pool_hits += u64::from(!called);
         Some(self.take(st, block, rounded, size))
     }
@@ -305,7 +334,7 @@ impl<S: DeviceSource> Pool<S> {
                 Some(block) => {
                     // Mapped now, handed out later: the mappings stay cached until needed.
                     let at = st.blocks[block as usize].addr;
-                    match self.back(st, block, at, warmup, false) {
+                    match self.back(st, block, (at, warmup), false) {
                         Err(e) if st.mappings.is_empty() && !is_retryable(e) => {
                             self.give_up_virtual_memory(st);
                         }

@@ -115,6 +115,8 @@ impl Pages {
         counts: &mut Vec<(u32, u32)>,
     ) -> Result<(), String> {
         let mut uses = vec![0u32; self.pages.len()];
+        // A piece of more than a page goes back only whole: one block at most may touch it.
+        let mut whole: Vec<(u32, u64)> = Vec::new();
         for &(addr, size) in blocks {
             if !self.is_mapped(addr, size) {
                 return Err(format!(
@@ -124,7 +126,18 @@ impl Pages {
             }
             for p in self.range(addr, size) {
                 uses[p] += 1;
+                let m = self.pages[p].mapping;
+                if mappings.get(m).size > SEGMENT && !whole.contains(&(m, addr)) {
+                    whole.push((m, addr));
+                }
             }
+        }
+        whole.sort_unstable();
+        if let Some(w) = whole.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(format!(
+                "blocks at {:#x} and {:#x} share a piece of more than a page",
+                w[0].1, w[1].1
+            ));
         }
         counts.resize(counts.len().max(mappings.runs.len()), (0, 0));
         for (p, page) in self.pages.iter().enumerate() {
@@ -158,6 +171,11 @@ impl Pages {
         for p in self.range(addr, size) {
             self.pages[p].mapping = mapping;
         }
+    }
+
+    /// The mapping backing the page that holds `addr` (in the segment), or `NIL`.
+    pub(crate) fn mapping_of(&self, addr: u64) -> u32 {
+        self.pages[((addr - self.base) / SEGMENT) as usize].mapping
     }
 
     /// Whether no page is mapped (the segment's address range can go back).
@@ -239,17 +257,16 @@ impl Mappings {
         out
     }
 
-    /// Checks that each mapping is one page, and its pages and busy pages against `counts`
+    /// Checks that each mapping is whole pages, and its pages and busy pages against `counts`
     /// (from [`Pages::check`] over every virtual segment); returns the bytes mapped.
     pub(crate) fn check(&self, counts: &[(u32, u32)]) -> Result<u64, String> {
         let mut total = 0;
         for (i, m) in self.runs.iter().enumerate() {
             if let Some(m) = m {
                 let (pages, busy) = counts.get(i).copied().unwrap_or((0, 0));
-                // Each page its own piece, so each goes back alone.
-                if m.size != SEGMENT || m.addr % SEGMENT != 0 {
+                if m.size == 0 || m.size % SEGMENT != 0 || m.addr % SEGMENT != 0 {
                     return Err(format!(
-                        "mapping at {:#x} of {} bytes is not one page",
+                        "mapping at {:#x} of {} bytes is not whole pages",
                         m.addr, m.size
                     ));
                 }

@@ -50,7 +50,8 @@ pub(super) enum Fit {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Backing {
     Any,
-    /// Only one whose first bytes are mapped (always true outside virtual segments).
+    /// Only one whose first bytes are mapped (always true outside virtual segments), and
+    /// that takes no part of a piece mapped whole for another block.
     Mapped,
 }
 
@@ -228,7 +229,8 @@ impl State {
             let splits = b.size < oversize || self.pages(b.seg).is_some();
             (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
                 && b.size - rounded <= slack
-                && (backing == Backing::Any || self.backs(b, rounded))
+                && (backing == Backing::Any
+                    || (self.backs(b, rounded) && self.fit_whole(b.seg, b.addr, rounded).is_ok()))
         })
     }
 }
