@@ -167,7 +167,7 @@ impl<S: DeviceSource> Pool<S> {
         let own = (round_up(at, SEGMENT), (at + rounded) & !(SEGMENT - 1));
         for (addr, size) in runs {
             let (from, to) = (own.0.max(addr), own.1.min(addr + size));
-            let parts = if whole && to > from {
+            let parts = if whole && to > from && !self.source.uniform_pieces() {
                 [
                     (addr, from - addr, SEGMENT),
                     (from, to - from, to - from),
