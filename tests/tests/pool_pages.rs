@@ -125,6 +125,25 @@ fn a_whole_piece_serves_one_block_and_only_one_that_nearly_covers_it() {
     assert!(pool.source().is_backed(c, 3 * MIB) && pool.source().is_backed(guard, 4 * MIB));
 }
 
+#[test]
+fn a_freed_piece_merged_into_free_space_serves_a_request_that_nearly_covers_it() {
+    // a 3 MiB, big 16 MiB (its own pages 4..18 MiB one piece), c 2 MiB. a and big freed: one
+    // free block from a's start, where the search by block start finds no fit for 13 MiB; the
+    // idle 14 MiB piece serves it, with no device call.
+    let pool = fresh();
+    let a = pool.alloc(3 * MIB).unwrap();
+    let big = pool.alloc(16 * MIB).unwrap();
+    let _c = pool.alloc(2 * MIB).unwrap();
+    pool.free(a);
+    pool.free(big);
+    let pieces = pool.stats().source_allocs;
+    let d = pool.alloc(13 * MIB).unwrap();
+    assert_eq!(d, a + 4 * MIB, "at the piece's start");
+    assert_eq!(pool.stats().source_allocs, pieces, "no device call");
+    assert!(pool.source().is_backed(d, 13 * MIB));
+    pool.check_invariants().unwrap();
+}
+
 /// A device whose `fail_at`-th map call (counting from 1) fails as out of memory, after
 /// creating and then undoing part of its run, as the real one does.
 struct FailingNth {

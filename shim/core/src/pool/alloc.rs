@@ -130,6 +130,13 @@ impl<S: DeviceSource> Pool<S> {
             st.stats.pool_hits += 1;
             return Step::Served(self.take(st, block, fit, size));
         }
+        if st.virtual_memory && kind == Kind::Large {
+            if let Some((block, at)) = st.idle_piece_for(rounded) {
+                if let Ok(addr) = self.take_window_at(st, block, at, rounded, size) {
+                    return Step::Served(addr);
+                }
+            }
+        }
         let found = st.find(kind, rounded, oversize, fit, Backing::Any);
         let error = match found {
             // Mapping memory costs device calls and memory: blocks in quarantine may do instead.
@@ -176,6 +183,19 @@ impl<S: DeviceSource> Pool<S> {
         size: u64,
     ) -> Result<u64, AllocError> {
         let at = st.best_window(block, rounded);
+        self.take_window_at(st, block, at, rounded, size)
+    }
+
+    /// Hands out `[at, at + rounded)` of free block `block` once its memory is mapped; on
+    /// failure the block stays as it was.
+    fn take_window_at(
+        &self,
+        st: &mut State,
+        block: u32,
+        at: u64,
+        rounded: u64,
+        size: u64,
+    ) -> Result<u64, AllocError> {
         let rounded = self.clear_whole(st, block, at, rounded)?;
         let called = self.back(st, block, (at, rounded), true)?;
         let addr = st.blocks[block as usize].addr;

@@ -109,6 +109,31 @@ impl State {
         }
     }
 
+    /// An idle piece of more than a page that `rounded` bytes would nearly cover (7/8, as
+    /// [`State::fit_whole`] asks), the smallest: the free block that holds it and its address.
+    /// A block freed and merged with free space around it starts before its piece, where the
+    /// search by block start does not look.
+    pub(super) fn idle_piece_for(&self, rounded: u64) -> Option<(u32, u64)> {
+        let (_, addr, seg) = self
+            .mappings
+            .idle()
+            .into_iter()
+            .map(|m| self.mappings.get(m))
+            .filter(|m| m.size > SEGMENT && m.size >= rounded && rounded + m.size / 8 >= m.size)
+            .map(|m| (m.size, m.addr, m.seg))
+            .min()?;
+        let first = self.segments[seg as usize].as_ref()?.first;
+        let mut i = first;
+        while i != NIL {
+            let b = &self.blocks[i as usize];
+            if b.addr <= addr && addr < b.addr + b.size {
+                return (b.state == super::block::BlockState::Free).then_some((i, addr));
+            }
+            i = b.next;
+        }
+        None
+    }
+
     /// In free block `i` of a virtual segment, where `rounded` bytes (a large request) need the
     /// least memory mapped: its start, or where a mapped stretch inside it begins. Nothing
     /// changes: the caller splits there once the memory is mapped, so a failed map leaves the
