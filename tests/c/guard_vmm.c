@@ -194,11 +194,10 @@ static void handles(int n) {
 }
 
 /* A trim after a large block is freed while a small one stays in the same reserved range:
- * how much of the device's free memory comes back (hipMemPoolTrimTo(0) trims the pool). The
- * small one is over 1 MiB: smaller ones get plain segments of their own. */
+ * how much of the device's free memory comes back (hipMemPoolTrimTo(0) trims the pool). */
 static void trim(void) {
     void *small = NULL, *large = NULL;
-    OK(hipMalloc(&small, 3 * MiB));
+    OK(hipMalloc(&small, 1 * MiB));
     OK(hipMalloc(&large, 600 * MiB));
     size_t before = free_now();
     hipMemPool_t pool = NULL;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use rocmguard_core::pool::{GRANULE, SMALL_REQUEST};
+use rocmguard_core::pool::{GRANULE, MAPPING_CHUNK, SMALL_REQUEST};
 use rocmguard_core::{AllocError, Config, CountingSource, DeviceSource, Pool, PoolOptions};
 
 #[derive(Clone, Debug)]
@@ -22,7 +22,8 @@ fn size() -> impl Strategy<Value = u64> {
         3 => 4096u64..(1 << 20),
         2 => (1u64 << 20)..(12 << 20),
         1 => (12u64 << 20)..(96 << 20),
-        1 => (128u64 << 20)..(300 << 20),
+        // Past MAPPING_CHUNK: several pieces under one block.
+        1 => (MAPPING_CHUNK + 1)..(300 << 20),
     ]
 }
 
@@ -298,16 +299,16 @@ fn in_order_a_freed_block_is_reused_at_once_and_unmapped_only_after_a_synchroniz
 
 #[test]
 fn a_block_found_mapped_is_handed_out_at_once_and_counted_a_hit() {
-    // Virtual segments, work in order: a freed 8 MiB block's memory (one piece) stays mapped,
-    // so requests that cover nearly all of it (seven eighths) are served at its start with no
-    // device call, each a pool hit (the hot path: `serve` takes such a block straight away).
-    // One past the mapped memory maps more, and is no hit.
+    // Virtual segments, work in order: a freed 8 MiB block's memory stays mapped, so requests
+    // of up to its size are served at its start with no device call, each a pool hit (the
+    // hot path: `serve` takes such a block straight away). One past the mapped memory maps
+    // more, and is no hit.
     let pool = Pool::new(CountingSource::new(DEVICE), options(None));
     pool.source().set_in_order(true);
     let a = pool.alloc(8 << 20).unwrap();
     pool.free(a);
     let before = pool.stats();
-    let sizes = [(7 << 20) + 256, 15 << 19, 8 << 20];
+    let sizes = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
     for size in sizes {
         let b = pool.alloc(size).unwrap();
         assert_eq!(b, a, "{} bytes served at the mapped block's start", size);
@@ -355,6 +356,75 @@ fn small_and_medium_requests_in_turn_do_not_churn_segments() {
         s.source_allocs,
         s.source_frees
     );
+}
+
+#[test]
+fn medium_requests_share_a_piece_mapped_ahead_and_trims_give_it_back() {
+    // Virtual segments: the first 2.5 MiB request maps a 10 MiB piece (PyTorch's cache gives
+    // medium requests 20 MiB segments), so the next three land in it with no device call.
+    let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+    pool.source().set_in_order(true);
+    let blocks: Vec<u64> = (0..4).map(|_| pool.alloc(5 << 19).unwrap()).collect();
+    pool.check_invariants().unwrap();
+    let s = pool.stats();
+    assert_eq!(s.source_allocs, 1, "one piece for four medium requests");
+    assert_eq!(s.reserved, 10 << 20);
+    for b in blocks {
+        pool.free(b);
+    }
+    // Memory mapped ahead is an ordinary piece: a trim gives it back to the device.
+    pool.trim_to(0);
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.stats().reserved, 0);
+    assert_eq!(pool.source().used(), 0, "unmapped on the device");
+}
+
+#[test]
+fn memory_mapped_ahead_stays_under_the_trim_threshold_and_the_cap() {
+    // Cap 12 MiB, trim at 80%: a 3 MiB request needs 4 MiB of pages; ahead of it only what
+    // keeps reserved at or under 9.6 MiB, whole pages: 8 MiB in all.
+    let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+    pool.set_cap(12 << 20);
+    let a = pool.alloc(3 << 20).unwrap();
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.stats().reserved, 8 << 20);
+    let b = pool.alloc(3 << 20).unwrap();
+    assert_eq!(
+        pool.stats().source_allocs,
+        1,
+        "the second lands in the first's piece"
+    );
+    // A device that refuses the piece mapped ahead still serves the request (a retry).
+    let tight = Pool::new(CountingSource::new(4 << 20), options(None));
+    assert!(tight.alloc(3 << 20).is_ok());
+    assert_eq!(tight.stats().reserved, 4 << 20);
+    assert_eq!(tight.stats().retries, 1);
+    tight.check_invariants().unwrap();
+    pool.free(a);
+    pool.free(b);
+}
+
+#[test]
+fn a_growing_pool_maps_fewer_pieces_than_requests() {
+    // 2000 requests of 256 KiB, all live: 500 MiB. With each 2 MiB page its own piece that is
+    // 250 pieces; pieces of at least 1/64 of what the pool holds make 133.
+    let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+    let mut blocks = Vec::new();
+    for _ in 0..2000 {
+        blocks.push(pool.alloc(256 << 10).unwrap());
+    }
+    pool.check_invariants().unwrap();
+    let s = pool.stats();
+    assert!(s.source_allocs <= 140, "{} pieces", s.source_allocs);
+    assert!(
+        s.peak_reserved as f64 <= s.peak_live as f64 * 1.05,
+        "{} reserved for {} live",
+        s.peak_reserved,
+        s.peak_live
+    );
+    for b in blocks {
+        pool.free(b);
+    }
 }
 
 #[test]
@@ -451,9 +521,8 @@ fn warmup_reserves_before_first_use() {
         let a = pool.alloc(100 << 20).unwrap();
         let s = pool.stats();
         assert_eq!(s.reserved, 1 << 30, "1 GiB reserved at first use");
-        // 256 MiB plain segments, or 2 MiB pieces of one virtual segment (mapped for no block
-        // yet, so for any).
-        let calls = if vmm { (1 << 30) / (2 << 20) } else { 4 };
+        // 256 MiB plain segments, or 128 MiB mappings of one virtual segment.
+        let calls = if vmm { (1 << 30) / MAPPING_CHUNK } else { 4 };
         assert_eq!(s.source_allocs, calls, "no growth for the first request");
         assert_eq!(s.pool_hits, 1);
         pool.free(a);
@@ -583,8 +652,8 @@ fn a_failed_map_leaves_the_free_block_whole() {
         },
         o,
     );
-    // One 128 MiB virtual segment: [a 20][b 40][d 20][e 40][c 2] and the rest.
-    let sizes = [20 * MIB, 40 * MIB, 20 * MIB, 40 * MIB, 2 * MIB];
+    // One 128 MiB virtual segment: [a 20][b 40][d 20][e 40][c 1 KiB] and the rest.
+    let sizes = [20 * MIB, 40 * MIB, 20 * MIB, 40 * MIB, 1024];
     let blocks: Vec<u64> = sizes.iter().map(|&n| pool.alloc(n).unwrap()).collect();
     let (a, b, d, e) = (blocks[0], blocks[1], blocks[2], blocks[3]);
     // a's and d's memory goes back; then b and e join them in one free block of 120 MiB with

@@ -77,8 +77,8 @@ fn ratio(p: &Value) -> f64 {
 /// Traces of workloads nobody tuned the pool for, captured on the H100 with
 /// `scripts/gpu/capture_traces.py` (data/traces/README.md): the figures the README gives, so a
 /// change to the pool that moves them shows here, with the device calls (pieces mapped and
-/// given back: a request's own pages one, each page it shares another) against PyTorch's (its
-/// segment rows).
+/// given back) against PyTorch's (its segment rows). LoRA with activation checkpointing
+/// (1.0726) is above the 1.05 target, and is reported as such.
 #[test]
 fn captured_traces_of_untuned_workloads_keep_their_figures() {
     let dir = shared_traces();
@@ -90,10 +90,10 @@ fn captured_traces_of_untuned_workloads_keep_their_figures() {
     let report = replay_json(&[], &refs);
     // name, peak live, PyTorch's ratio, ours, our device calls, PyTorch's.
     for (name, peak_live, torch, ours, calls, torch_calls) in [
-        ("moe", 4_969_152_672u64, 1.2247, 1.0099, 1648, 283),
-        ("decode", 142_852_096, 1.1010, 1.0130, 66, 16),
-        ("unet", 168_212_016, 1.1719, 1.0348, 178, 20),
-        ("lora", 1_603_289_112, 1.2060, 1.0033, 1204, 94),
+        ("moe", 4_969_152_672u64, 1.2247, 1.0450, 163, 283),
+        ("decode", 142_852_096, 1.1010, 1.0276, 15, 16),
+        ("unet", 168_212_016, 1.1719, 1.0473, 19, 20),
+        ("lora", 1_603_289_112, 1.2060, 1.0726, 94, 94),
     ] {
         let t = trace(&report, name);
         assert_eq!(u(&t["peak_live"]), peak_live, "{}", name);
@@ -146,8 +146,8 @@ fn a_real_cache_off_run_recorded_by_the_shim_stays_under_the_target() {
         TARGET
     );
     assert!(
-        (g - 1.0118).abs() < 0.0015,
-        "gpt2_nocache: rocmguard {:.4} vs 1.0118",
+        (g - 1.0320).abs() < 0.0015,
+        "gpt2_nocache: rocmguard {:.4} vs 1.0320",
         g
     );
 }
@@ -183,17 +183,17 @@ fn shared_traces_reproduce_the_readme() {
     // peak live to the byte; PyTorch's own peak reserved / peak live; the README's cost of
     // 2 MiB rounding with small requests packed perfectly (our passthrough model); the README's
     // figure for the pool with default settings.
-    // ... and the pool's device calls against PyTorch's: more on all three since pages shared
-    // by blocks are pieces of their own (issue 24; issue 15's target is no more).
+    // ... and the pool's device calls against PyTorch's: more on gpt2_train and
+    // model_swap_video (issue 15's target is no more; not met there yet).
     for (name, peak_live, torch, rounding, ours, live_at_end, calls, torch_calls) in [
         (
             "gpt2_train",
             13_594_206_920u64,
             1.123,
             1.019,
-            1.0088,
+            1.0285,
             3,
-            1613,
+            224,
             154,
         ),
         (
@@ -203,7 +203,7 @@ fn shared_traces_reproduce_the_readme() {
             1.062,
             1.0103,
             3,
-            1147,
+            79,
             118,
         ),
         (
@@ -211,9 +211,9 @@ fn shared_traces_reproduce_the_readme() {
             1_077_977_344,
             1.832,
             1.033,
-            1.0194,
+            1.0408,
             2,
-            3958,
+            80,
             63,
         ),
     ] {
@@ -265,10 +265,8 @@ fn shared_traces_reproduce_the_readme() {
             g,
             ours
         );
-        // Since issue 24 a page shared by two blocks is a piece of its own, so a request may
-        // make two or three: pieces are no longer a tenth of the requests, but under a quarter.
         assert!(
-            u(&pool["source_allocs"]) < u(&t["allocs"]) / 4,
+            u(&pool["source_allocs"]) < u(&t["allocs"]) / 10,
             "{}: pooled",
             name
         );

@@ -18,8 +18,6 @@ pub struct CountingSource {
     pub allocs: AtomicU64,
     pub frees: AtomicU64,
     pub syncs: AtomicU64,
-    /// Calls to [`DeviceSource::map`], each mapping a run of pieces.
-    pub maps: AtomicU64,
     /// Address space reserved and not given back.
     pub reserved: AtomicU64,
     /// Ranges with memory behind them (allocations and mappings): start -> size.
@@ -42,7 +40,6 @@ impl CountingSource {
             allocs: AtomicU64::new(0),
             frees: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
-            maps: AtomicU64::new(0),
             reserved: AtomicU64::new(0),
             backed: Mutex::new(BTreeMap::new()),
             in_order: AtomicBool::new(false),
@@ -170,7 +167,6 @@ impl DeviceSource for CountingSource {
 
     fn map(&self, addr: u64, size: u64, chunk: u64) -> Result<Vec<u64>, SourceError> {
         self.charge(size)?;
-        self.maps.fetch_add(1, Ordering::Relaxed);
         // Counted as one call per piece, as a real device creates each piece's memory.
         let pieces = (size + chunk - 1) / chunk;
         self.allocs.fetch_add(pieces - 1, Ordering::Relaxed);

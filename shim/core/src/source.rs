@@ -51,12 +51,6 @@ pub trait DeviceSource: Send + Sync {
     fn map(&self, _addr: u64, _size: u64, _chunk: u64) -> Result<Vec<u64>, SourceError> {
         Err(SourceError::NOT_SUPPORTED)
     }
-    /// Whether every piece mapped must be of one size (2 MiB): ROCm 7.2's `hipMemSetAccess`
-    /// sums a reservation's mappings from its first and refuses a size the sum misses
-    /// (SWDEV-568260), which pieces of one size always hit.
-    fn uniform_pieces(&self) -> bool {
-        false
-    }
     /// Gives back the memory of one earlier [`DeviceSource::map`], whole.
     fn unmap(&self, _addr: u64, _size: u64, _token: u64) -> Result<(), SourceError> {
         Err(SourceError::NOT_SUPPORTED)

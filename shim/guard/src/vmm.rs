@@ -3,16 +3,6 @@
 //! reserve an address range, create device memory, map it, make it readable and writable.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Whether the runtime's `hipMemSetAccess` refuses pieces of mixed sizes (see
-/// [`Vmm::probe`]); until a check says otherwise, assumed so.
-static UNIFORM: AtomicBool = AtomicBool::new(true);
-
-/// Whether pieces mapped must all be of one size (2 MiB).
-pub fn uniform_pieces() -> bool {
-    UNIFORM.load(Ordering::Relaxed)
-}
 
 /// `hipMemLocation` / `CUmemLocation`.
 #[repr(C)]
@@ -46,8 +36,6 @@ const LOCATION_DEVICE: i32 = 1;
 const ALLOCATION_PINNED: i32 = 1;
 const ACCESS_READ_WRITE: i32 = 3;
 const GRANULARITY_MINIMUM: i32 = 0;
-/// `hipErrorOutOfMemory` / `cudaErrorMemoryAllocation`.
-const OUT_OF_MEMORY: i32 = 2;
 /// `hipMemHandleTypePosixFileDescriptor` / `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`.
 pub const HANDLE_POSIX_FD: i32 = 1;
 /// What the pool maps in: runs of whole 2 MiB pages.
@@ -272,51 +260,7 @@ impl Vmm {
         let addr = self.reserve(size).map_err(|c| ("reserve", c))?;
         let used = self.probe_range(addr, size, free);
         let freed = self.unreserve(addr, size).map_err(|c| ("address free", c));
-        used.and(freed)?;
-        let mixed = self
-            .takes_mixed_pieces()
-            .map_err(|c| ("create, map or set access", c))?;
-        UNIFORM.store(!mixed, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Whether `hipMemSetAccess` takes a 4 MiB piece mapped after a 2 MiB one in the same
-    /// range. ROCm 7.2's clr sums the range's mappings from the first and refuses a size the
-    /// sum misses (SWDEV-568260, rocm-systems#2516); the pool then maps pieces of one size.
-    /// Out of memory: its code (nothing learnt; pieces stay of one size).
-    fn takes_mixed_pieces(&self) -> Result<bool, i32> {
-        let span = 3 * PAGE as u64;
-        let addr = match self.reserve(span) {
-            Ok(a) => a,
-            Err(c) if c == OUT_OF_MEMORY => return Err(c),
-            Err(_) => return Ok(false),
-        };
-        let first = self.map(addr, PAGE as u64, PAGE as u64, 0);
-        let second = first.as_ref().ok().map(|_| {
-            self.map(
-                addr + PAGE as u64,
-                span - PAGE as u64,
-                span - PAGE as u64,
-                0,
-            )
-        });
-        let mixed = match (&first, &second) {
-            (Err(c), _) | (_, Some(Err(c))) if *c == OUT_OF_MEMORY => Err(*c),
-            (_, Some(Ok(_))) => Ok(true),
-            _ => Ok(false),
-        };
-        if let Some(Ok(handles)) = second {
-            handles.into_iter().for_each(|h| {
-                let _ = self.unmap(addr + PAGE as u64, span - PAGE as u64, h);
-            });
-        }
-        if let Ok(handles) = first {
-            handles.into_iter().for_each(|h| {
-                let _ = self.unmap(addr, PAGE as u64, h);
-            });
-        }
-        let _ = self.unreserve(addr, span);
-        mixed
+        used.and(freed)
     }
 
     fn probe_range(

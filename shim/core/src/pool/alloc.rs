@@ -6,7 +6,8 @@ use std::sync::MutexGuard;
 
 use super::state::{Backing, Fit, Kind, State};
 use super::{
-    round_up, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, SEGMENT, WARMUP_SEGMENT,
+    round_up, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, SEGMENT, SMALL_REQUEST,
+    WARMUP_SEGMENT,
 };
 use crate::source::DeviceSource;
 
@@ -123,19 +124,9 @@ impl<S: DeviceSource> Pool<S> {
         };
         if let Some(block) = mapped {
             // Mapped at its start: handed out there with no device call (what
-            // `take_window` comes to for it, without looking at its pages three more times),
-            // with the rest of a piece mapped whole that it nearly covers.
-            let b = &st.blocks[block as usize];
-            let fit = st.fit_whole(b.seg, b.addr, rounded).unwrap_or(rounded);
+            // `take_window` comes to for it, without looking at its pages three more times).
             st.stats.pool_hits += 1;
-            return Step::Served(self.take(st, block, fit, size));
-        }
-        if st.virtual_memory && kind == Kind::Large {
-            if let Some((block, at)) = st.idle_piece_for(rounded) {
-                if let Ok(addr) = self.take_window_at(st, block, at, rounded, size) {
-                    return Step::Served(addr);
-                }
-            }
+            return Step::Served(self.take(st, block, rounded, size));
         }
         let found = st.find(kind, rounded, oversize, fit, Backing::Any);
         let error = match found {
@@ -160,7 +151,7 @@ impl<S: DeviceSource> Pool<S> {
                 match self.grow(st, rounded) {
                     Ok(block) => {
                         let at = st.blocks[block as usize].addr;
-                        match self.back(st, block, (at, rounded), true) {
+                        match self.back(st, block, at, rounded, true) {
                             Ok(_) => return Step::Served(self.take(st, block, rounded, size)),
                             Err(e) => e,
                         }
@@ -183,21 +174,7 @@ impl<S: DeviceSource> Pool<S> {
         size: u64,
     ) -> Result<u64, AllocError> {
         let at = st.best_window(block, rounded);
-        self.take_window_at(st, block, at, rounded, size)
-    }
-
-    /// Hands out `[at, at + rounded)` of free block `block` once its memory is mapped; on
-    /// failure the block stays as it was.
-    fn take_window_at(
-        &self,
-        st: &mut State,
-        block: u32,
-        at: u64,
-        rounded: u64,
-        size: u64,
-    ) -> Result<u64, AllocError> {
-        let rounded = self.clear_whole(st, block, at, rounded)?;
-        let called = self.back(st, block, (at, rounded), true)?;
+        let called = self.back(st, block, at, rounded, true)?;
         let addr = st.blocks[block as usize].addr;
         let block = if at == addr {
             block
@@ -206,30 +183,6 @@ impl<S: DeviceSource> Pool<S> {
         };
         st.stats.pool_hits += u64::from(!called);
         Ok(self.take(st, block, rounded, size))
-    }
-
-    /// Before `[at, at + rounded)` of free block `block` is handed out: pieces mapped whole
-    /// that it would share go back to the device (no block touches them: they lie in a free
-    /// block); returns the window's size, with the rest of a piece it nearly covers.
-    fn clear_whole(
-        &self,
-        st: &mut State,
-        block: u32,
-        at: u64,
-        rounded: u64,
-    ) -> Result<u64, AllocError> {
-        let seg = st.blocks[block as usize].seg;
-        match st.fit_whole(seg, at, rounded) {
-            Ok(fit) => Ok(fit),
-            Err(pieces) => {
-                for m in pieces {
-                    if !self.give_back_mapping(st, m) {
-                        return Err(AllocError::OverCap);
-                    }
-                }
-                Ok(rounded)
-            }
-        }
     }
 
     /// Hands out free block `block` for `rounded` bytes of the `requested`.
@@ -242,8 +195,7 @@ impl<S: DeviceSource> Pool<S> {
         let oversize = self.options.oversize();
         let block = st.find(Kind::Large, rounded, oversize, Fit::Any, Backing::Any)?;
         let at = st.blocks[block as usize].addr;
-        let rounded = self.clear_whole(st, block, at, rounded).ok()?;
-        let called = self.back(st, block, (at, rounded), true).ok()?;
+        let called = self.back(st, block, at, rounded, true).ok()?;
         st.stats.pool_hits += u64::from(!called);
         Some(self.take(st, block, rounded, size))
     }
@@ -290,13 +242,17 @@ impl<S: DeviceSource> Pool<S> {
 
     /// Adds a segment that can serve `rounded` bytes, within cap, headroom and threshold.
     fn grow(&self, st: &mut State, rounded: u64) -> Result<u32, AllocError> {
-        let kind = st.kind_for(rounded);
-        if st.virtual_memory && kind == Kind::Large {
+        if st.virtual_memory {
             match self.grow_virtual(st, rounded) {
                 Some(block) => return Ok(block),
                 None => self.give_up_virtual_memory(st),
             }
         }
+        let kind = if rounded <= SMALL_REQUEST {
+            Kind::Small
+        } else {
+            Kind::Large
+        };
         let minimal = round_up(rounded, SEGMENT);
         let preferred = if kind == Kind::Small {
             SEGMENT
@@ -354,7 +310,7 @@ impl<S: DeviceSource> Pool<S> {
                 Some(block) => {
                     // Mapped now, handed out later: the mappings stay cached until needed.
                     let at = st.blocks[block as usize].addr;
-                    match self.back(st, block, (at, warmup), false) {
+                    match self.back(st, block, at, warmup, false) {
                         Err(e) if st.mappings.is_empty() && !is_retryable(e) => {
                             self.give_up_virtual_memory(st);
                         }

@@ -6,13 +6,8 @@
 //! and makes no system call.
 //!
 //! Where the device offers virtual memory, a segment is a reserved address range instead, backed
-//! by device memory only under its blocks (see [`pages`]): a request's own whole pages as one
-//! piece (one call to make it, one to give it back; a page at a time costs a call per page,
-//! `data/driver_cost.csv`), each 2 MiB page it shares with a neighbour a piece of its own. A
-//! piece of more than a page serves one block at a time, and the next only if that covers
-//! nearly all of it, so no other block pins it; a shared page goes back alone once no block
-//! touches it. A long-lived block pins its own pages, nothing more. Elsewhere, and for small
-//! requests everywhere, segments come from the device's plain allocator.
+//! by device memory only under its blocks (see [`pages`]), so free memory between live
+//! blocks can go back to the device; elsewhere segments come from the device's plain allocator.
 //!
 //! Reuse is safe the way `hipFree` is: a freed block waits in quarantine until a device
 //! synchronize that began after its free has completed, so work queued before the free can no
@@ -61,6 +56,12 @@ pub const SMALL_REQUEST: u64 = 1 << 20;
 /// them, so the next few of the same size land in it too.
 pub const MEDIUM_REQUEST: u64 = 10 << 20;
 pub const MEDIUM_SEGMENT: u64 = 20 << 20;
+/// Virtual segments map device memory in runs of at most this size, so that a block left in a
+/// run pins at most this much (smaller runs cost more device calls).
+pub const MAPPING_CHUNK: u64 = 128 << 20;
+/// A piece mapped for a request reaches past it, into free address space, until it holds at
+/// least this fraction (1 / n) of what the pool has mapped: see `virtual_segment::piece_target`.
+pub const PIECE_SHARE: u64 = 64;
 /// Virtual segments reserve this much address space (or the cap, if smaller): a few cost nothing.
 pub const VIRTUAL_SEGMENT: u64 = 256 << 30;
 /// Warm-up reserves in segments of this size.

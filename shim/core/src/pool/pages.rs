@@ -1,8 +1,7 @@
 //! Virtual segments: an address range reserved from the device and backed by device memory only
-//! where blocks are, in 2 MiB pages mapped a run at a time, each page a piece of device memory
-//! of its own ("mapping"). A page goes back to the device once no block touches it, so a
-//! long-lived block in the middle of a big segment pins its own pages, not the segment nor the
-//! run it was mapped with: what PyTorch's `expandable_segments` builds on, at its granularity.
+//! where blocks are, in 2 MiB pages mapped a run at a time. A run ("mapping") goes back to the
+//! device once no block touches any of its pages, so a long-lived block in the middle of a big
+//! segment pins its own pages, not the segment: what PyTorch's `expandable_segments` builds on.
 //!
 //! Pure bookkeeping: which page is mapped by which run, and how many live or quarantined blocks
 //! touch it. The pool makes the device calls.
@@ -115,8 +114,6 @@ impl Pages {
         counts: &mut Vec<(u32, u32)>,
     ) -> Result<(), String> {
         let mut uses = vec![0u32; self.pages.len()];
-        // A piece of more than a page goes back only whole: one block at most may touch it.
-        let mut whole: Vec<(u32, u64)> = Vec::new();
         for &(addr, size) in blocks {
             if !self.is_mapped(addr, size) {
                 return Err(format!(
@@ -126,18 +123,7 @@ impl Pages {
             }
             for p in self.range(addr, size) {
                 uses[p] += 1;
-                let m = self.pages[p].mapping;
-                if mappings.get(m).size > SEGMENT && !whole.contains(&(m, addr)) {
-                    whole.push((m, addr));
-                }
             }
-        }
-        whole.sort_unstable();
-        if let Some(w) = whole.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(format!(
-                "blocks at {:#x} and {:#x} share a piece of more than a page",
-                w[0].1, w[1].1
-            ));
         }
         counts.resize(counts.len().max(mappings.runs.len()), (0, 0));
         for (p, page) in self.pages.iter().enumerate() {
@@ -171,11 +157,6 @@ impl Pages {
         for p in self.range(addr, size) {
             self.pages[p].mapping = mapping;
         }
-    }
-
-    /// The mapping backing the page that holds `addr` (in the segment), or `NIL`.
-    pub(crate) fn mapping_of(&self, addr: u64) -> u32 {
-        self.pages[((addr - self.base) / SEGMENT) as usize].mapping
     }
 
     /// Whether no page is mapped (the segment's address range can go back).
@@ -257,19 +238,13 @@ impl Mappings {
         out
     }
 
-    /// Checks that each mapping is whole pages, and its pages and busy pages against `counts`
-    /// (from [`Pages::check`] over every virtual segment); returns the bytes mapped.
+    /// Checks each mapping's pages and busy pages against `counts` (from [`Pages::check`] over
+    /// every virtual segment) and returns the bytes mapped.
     pub(crate) fn check(&self, counts: &[(u32, u32)]) -> Result<u64, String> {
         let mut total = 0;
         for (i, m) in self.runs.iter().enumerate() {
             if let Some(m) = m {
                 let (pages, busy) = counts.get(i).copied().unwrap_or((0, 0));
-                if m.size == 0 || m.size % SEGMENT != 0 || m.addr % SEGMENT != 0 {
-                    return Err(format!(
-                        "mapping at {:#x} of {} bytes is not whole pages",
-                        m.addr, m.size
-                    ));
-                }
                 if u64::from(pages) * SEGMENT != m.size {
                     return Err(format!(
                         "mapping at {:#x} of {} bytes backs {} pages",

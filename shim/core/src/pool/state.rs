@@ -50,8 +50,7 @@ pub(super) enum Fit {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Backing {
     Any,
-    /// Only one whose first bytes are mapped (always true outside virtual segments), and
-    /// that takes no part of a piece mapped whole for another block.
+    /// Only one whose first bytes are mapped (always true outside virtual segments).
     Mapped,
 }
 
@@ -199,11 +198,9 @@ impl State {
         }
     }
 
-    /// Which pool serves `rounded` bytes. Small requests keep to 2 MiB segments of their own
-    /// with virtual memory too: spread through a virtual segment, a long-lived small block pins
-    /// a whole 2 MiB page of it.
+    /// Which pool serves `rounded` bytes. Virtual segments serve every size.
     pub(super) fn kind_for(&self, rounded: u64) -> Kind {
-        if rounded <= SMALL_REQUEST {
+        if rounded <= SMALL_REQUEST && !self.virtual_memory {
             Kind::Small
         } else {
             Kind::Large
@@ -229,8 +226,7 @@ impl State {
             let splits = b.size < oversize || self.pages(b.seg).is_some();
             (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
                 && b.size - rounded <= slack
-                && (backing == Backing::Any
-                    || (self.backs(b, rounded) && self.fit_whole(b.seg, b.addr, rounded).is_ok()))
+                && (backing == Backing::Any || self.backs(b, rounded))
         })
     }
 }

@@ -80,13 +80,11 @@ impl<S: DeviceSource> Pool<S> {
                     let _ = self.source.free(addr, size);
                     size
                 }
+                Idle::Mapping(_) if !self.settle_for_unmap(st) => continue,
                 Idle::Mapping(m) => {
-                    let size = st.mappings.get(m).size;
-                    if !self.give_back_mapping(st, m) {
-                        continue;
-                    }
-                    released += size;
-                    continue;
+                    let m = st.remove_mapping(m);
+                    let _ = self.source.unmap(m.addr, m.size, m.token);
+                    m.size
                 }
             };
             st.stats.source_frees += 1;
@@ -94,19 +92,6 @@ impl<S: DeviceSource> Pool<S> {
             released += size;
         }
         released
-    }
-
-    /// Gives mapping `m` (no block touches it) back to the device now; false if the device
-    /// may still be working on it and cannot be waited for.
-    pub(super) fn give_back_mapping(&self, st: &mut State, m: u32) -> bool {
-        if !self.settle_for_unmap(st) {
-            return false;
-        }
-        let m = st.remove_mapping(m);
-        let _ = self.source.unmap(m.addr, m.size, m.token);
-        st.stats.source_frees += 1;
-        st.stats.trims += 1;
-        true
     }
 
     /// Before unmapping memory freed in order: the device may still be working on it (unmap,

@@ -5,8 +5,27 @@
 use super::block::Block;
 use super::pages::{Mapping, Pages};
 use super::state::{Kind, Segment, State};
-use super::{round_up, AllocError, Pool, MEDIUM_REQUEST, NIL, SEGMENT, VIRTUAL_SEGMENT};
+use super::{
+    round_up, AllocError, Pool, MAPPING_CHUNK, MEDIUM_REQUEST, PIECE_SHARE, SEGMENT, SMALL_REQUEST,
+    VIRTUAL_SEGMENT,
+};
 use crate::source::DeviceSource;
+
+/// How much one piece mapped for a `rounded`-byte request should hold (at most
+/// [`MAPPING_CHUNK`]): a [`PIECE_SHARE`] of what the pool holds mapped, so a pool growing to a
+/// peak maps it in a number of pieces that grows with the logarithm of the peak, not the peak,
+/// while the unused end of the last piece costs at most that share of it; and for a medium
+/// request at least [`MEDIUM_REQUEST`], so the next few medium requests land in the same piece
+/// (PyTorch's cache gives them 20 MiB segments).
+pub(super) fn piece_target(reserved: u64, rounded: u64) -> u64 {
+    let share = round_up(reserved / PIECE_SHARE, SEGMENT);
+    let medium = if rounded > SMALL_REQUEST && rounded <= MEDIUM_REQUEST {
+        MEDIUM_REQUEST
+    } else {
+        0
+    };
+    share.max(medium).min(MAPPING_CHUNK)
+}
 
 impl State {
     /// The pages of segment `seg` if it is virtual.
@@ -79,61 +98,6 @@ impl State {
         m
     }
 
-    /// The window `[at, at + rounded)` of segment `seg` as it may be handed out: a piece of
-    /// more than a page under it must start inside it and be covered but for an eighth at its
-    /// end, which the window then takes too (`Ok`, the window's size); else the pieces it would
-    /// share (`Err`), which must go back first.
-    pub(super) fn fit_whole(&self, seg: u32, at: u64, rounded: u64) -> Result<u64, Vec<u32>> {
-        let pages = match self.pages(seg) {
-            Some(p) => p,
-            None => return Ok(rounded),
-        };
-        let end = at + rounded;
-        let mut fit = rounded;
-        let mut cut = Vec::new();
-        for edge in [at, end - 1] {
-            let m = pages.mapping_of(edge);
-            if m == NIL || self.mappings.get(m).size <= SEGMENT || cut.contains(&m) {
-                continue;
-            }
-            let (addr, size) = (self.mappings.get(m).addr, self.mappings.get(m).size);
-            if at <= addr && end + size / 8 >= addr + size {
-                fit = fit.max(addr + size - at);
-            } else {
-                cut.push(m);
-            }
-        }
-        match cut.is_empty() {
-            true => Ok(fit),
-            false => Err(cut),
-        }
-    }
-
-    /// An idle piece of more than a page that `rounded` bytes would nearly cover (7/8, as
-    /// [`State::fit_whole`] asks), the smallest: the free block that holds it and its address.
-    /// A block freed and merged with free space around it starts before its piece, where the
-    /// search by block start does not look.
-    pub(super) fn idle_piece_for(&self, rounded: u64) -> Option<(u32, u64)> {
-        let (_, addr, seg) = self
-            .mappings
-            .idle()
-            .into_iter()
-            .map(|m| self.mappings.get(m))
-            .filter(|m| m.size > SEGMENT && m.size >= rounded && rounded + m.size / 8 >= m.size)
-            .map(|m| (m.size, m.addr, m.seg))
-            .min()?;
-        let first = self.segments[seg as usize].as_ref()?.first;
-        let mut i = first;
-        while i != NIL {
-            let b = &self.blocks[i as usize];
-            if b.addr <= addr && addr < b.addr + b.size {
-                return (b.state == super::block::BlockState::Free).then_some((i, addr));
-            }
-            i = b.next;
-        }
-        None
-    }
-
     /// In free block `i` of a virtual segment, where `rounded` bytes (a large request) need the
     /// least memory mapped: its start, or where a mapped stretch inside it begins. Nothing
     /// changes: the caller splits there once the memory is mapped, so a failed map leaves the
@@ -169,19 +133,19 @@ impl State {
 
 impl<S: DeviceSource> Pool<S> {
     /// Makes sure device memory backs `[at, at + rounded)` of free block `block` (a no-op
-    /// outside virtual segments): with `whole`, the request's own whole pages as one piece,
-    /// each page it shares with a neighbour a piece of its own; else a piece per page (memory
-    /// mapped for no block yet, as the warm-up's). Returns whether it called the device.
-    /// Changes no block.
+    /// outside virtual segments). With `ahead`, the piece mapped for it may reach past it into
+    /// the block's free address space ([`Pool::room_ahead`]). Returns whether it called the
+    /// device. Changes no block.
     pub(super) fn back(
         &self,
         st: &mut State,
         block: u32,
-        (at, rounded): (u64, u64),
-        whole: bool,
+        at: u64,
+        rounded: u64,
+        ahead: bool,
     ) -> Result<bool, AllocError> {
         let seg = st.blocks[block as usize].seg;
-        let runs = match st.pages(seg) {
+        let mut runs = match st.pages(seg) {
             Some(pages) if !pages.is_mapped(at, rounded) => pages.unmapped(at, rounded),
             _ => return Ok(false),
         };
@@ -189,29 +153,80 @@ impl<S: DeviceSource> Pool<S> {
         // removes no block of a virtual segment.
         let need = runs.iter().map(|r| r.1).sum();
         self.make_room(st, need, Some((at, rounded)))?;
-        let own = (round_up(at, SEGMENT), (at + rounded) & !(SEGMENT - 1));
-        for (addr, size) in runs {
-            let (from, to) = (own.0.max(addr), own.1.min(addr + size));
-            let parts = if whole && to > from && !self.source.uniform_pieces() {
-                [
-                    (addr, from - addr, SEGMENT),
-                    (from, to - from, to - from),
-                    (to, addr + size - to, SEGMENT),
-                ]
-            } else {
-                [(addr, size, SEGMENT), (0, 0, SEGMENT), (0, 0, SEGMENT)]
-            };
-            for (addr, size, chunk) in parts.into_iter().filter(|p| p.1 > 0) {
-                let tokens = self
-                    .source
-                    .map(addr, size, chunk)
-                    .map_err(AllocError::Source)?;
-                for (i, token) in tokens.into_iter().enumerate() {
-                    st.add_mapping(seg, (addr + i as u64 * chunk, chunk), token);
+        let extra = if ahead {
+            self.room_ahead(st, block, (at, rounded), need, &runs)
+        } else {
+            0
+        };
+        let last = runs.len() - 1;
+        for (i, (addr, size)) in runs.iter_mut().enumerate() {
+            let ask = if i == last { *size + extra } else { *size };
+            let tokens = match self.source.map(*addr, ask, MAPPING_CHUNK) {
+                Ok(tokens) if i == last => {
+                    *size += extra;
+                    tokens
                 }
+                Ok(tokens) => tokens,
+                // Memory mapped ahead is a bet; the device's refusal of it is not the request's
+                // (a retry, as a plain segment's preferred size refused).
+                Err(e) if i == last && extra > 0 && e.out_of_memory => {
+                    st.stats.retries += 1;
+                    self.source
+                        .map(*addr, *size, MAPPING_CHUNK)
+                        .map_err(AllocError::Source)?
+                }
+                Err(e) => return Err(AllocError::Source(e)),
+            };
+            let (addr, size) = (*addr, *size);
+            for (i, token) in tokens.into_iter().enumerate() {
+                let at = addr + i as u64 * MAPPING_CHUNK;
+                st.add_mapping(seg, (at, MAPPING_CHUNK.min(addr + size - at)), token);
             }
         }
         Ok(true)
+    }
+
+    /// How many bytes to map ahead, past the end of `runs` (the unmapped runs under the window
+    /// `(at, rounded)` of a request, `need` bytes in all), in free block `block`: what brings
+    /// the piece up to
+    /// [`piece_target`], where those pages are unmapped and free, within the trim threshold
+    /// and the cap (nothing is trimmed for it) and the headroom.
+    fn room_ahead(
+        &self,
+        st: &State,
+        block: u32,
+        (at, rounded): (u64, u64),
+        need: u64,
+        runs: &[(u64, u64)],
+    ) -> u64 {
+        let end = at + rounded;
+        let target = piece_target(st.stats.reserved, rounded);
+        let (run_at, run_size) = runs[runs.len() - 1];
+        let run_end = run_at + run_size;
+        let b = &st.blocks[block as usize];
+        let block_end = (b.addr + b.size) & !(SEGMENT - 1);
+        // Only a run that ends the request can grow on past it.
+        if need >= target || run_end != round_up(end, SEGMENT) || run_end >= block_end {
+            return 0;
+        }
+        let pages = match st.pages(b.seg) {
+            Some(pages) => pages,
+            None => return 0,
+        };
+        let want = (target - need).min(block_end - run_end);
+        let free = match pages.unmapped(run_end, want).first() {
+            Some(&(addr, size)) if addr == run_end => size,
+            _ => return 0,
+        };
+        let cap = st.stats.cap;
+        let threshold = (self.options.trim_threshold * cap as f64) as u64;
+        let used = st.stats.reserved + st.stats.external + need;
+        let mut extra = free.min(threshold.min(cap).saturating_sub(used));
+        if self.options.headroom > 0 {
+            let device_free = self.source.mem_info().map_or(0, |(f, _)| f);
+            extra = extra.min(device_free.saturating_sub(need + self.options.headroom));
+        }
+        extra & !(SEGMENT - 1)
     }
 
     /// A new virtual segment big enough for the whole cap (up to [`VIRTUAL_SEGMENT`]) and for

@@ -168,10 +168,6 @@ impl DeviceSource for Source {
         self.in_order.load(Ordering::Acquire)
     }
 
-    fn uniform_pieces(&self) -> bool {
-        crate::vmm::uniform_pieces()
-    }
-
     fn has_virtual_memory(&self) -> bool {
         self.vmm.is_some()
     }
