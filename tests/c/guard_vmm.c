@@ -2,30 +2,8 @@
  * Run under a 2 GiB cap (ROCMGUARD_VRAM_LIMIT) or on a 2 GiB simulated device (HIPSIM_VRAM):
  * the program must see the same either way. Prints `key value` lines for the test. */
 #include "guard_common.h"
+#include "hip_vmm.h"
 
-/* The ROCm 6 virtual memory types (hip_runtime_api.h), and the calls this program makes. */
-typedef struct ihipMemGenericAllocationHandle* hipMemGenericAllocationHandle_t;
-typedef struct { int type; int id; } Location;
-typedef struct {
-    int type;
-    int requestedHandleType;
-    Location location;
-    void* win32HandleMetaData;
-    struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage; } allocFlags;
-} Prop;
-typedef struct { Location location; int flags; } AccessDesc;
-_Static_assert(sizeof(Prop) == 32 && offsetof(Prop, location) == 8, "hipMemAllocationProp");
-
-hipError_t hipMemCreate(hipMemGenericAllocationHandle_t* handle, size_t size, const Prop* prop,
-                        unsigned long long flags);
-hipError_t hipMemRelease(hipMemGenericAllocationHandle_t handle);
-hipError_t hipMemAddressReserve(void** ptr, size_t size, size_t alignment, void* addr,
-                                unsigned long long flags);
-hipError_t hipMemAddressFree(void* ptr, size_t size);
-hipError_t hipMemMap(void* ptr, size_t size, size_t offset, hipMemGenericAllocationHandle_t handle,
-                     unsigned long long flags);
-hipError_t hipMemUnmap(void* ptr, size_t size);
-hipError_t hipMemSetAccess(void* ptr, size_t size, const AccessDesc* desc, size_t count);
 typedef struct { void* ptr; size_t pitch, xsize, ysize; } PitchedPtr;
 typedef struct { size_t width, height, depth; } Extent;
 hipError_t hipMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height);
