@@ -76,9 +76,13 @@ export WINEPREFIX=${WINEPREFIX:-$ROOT/windows/target/wineprefix}
 export WINEDEBUG=-all
 export WINEDLLOVERRIDES="mscoree,mshtml="
 mkdir -p "$WINEPREFIX"
+# Wine makes folders of its own in the temporary directory (wine-XXXXXX) and leaves them behind:
+# give it one of ours and remove it once its server has gone.
+WINE_TMP=$(mktemp -d)
+export TMPDIR=$WINE_TMP
+trap '"$WINESERVER" -k >/dev/null 2>&1; "$WINESERVER" -w >/dev/null 2>&1; rm -rf "$WINE_TMP"' EXIT
 "$WINE" wineboot --init >/dev/null 2>&1
 "$WINESERVER" -p 60 >/dev/null 2>&1
-trap '"$WINESERVER" -k >/dev/null 2>&1' EXIT
 
 # --- helpers -------------------------------------------------------------------------------
 PASSED=0
