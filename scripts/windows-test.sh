@@ -16,6 +16,12 @@ TARGET=x86_64-pc-windows-gnu
 REL=$ROOT/windows/target/$TARGET/release
 W=$ROOT/windows/target/windows-test
 PKGS="rustc cargo libstd-rust-dev-windows gcc-mingw-w64-x86-64 wine64 librust-once-cell-dev librust-libc-dev rust-clippy"
+# The mingw linker and wine leave files of their own in the temporary directory (ccXXXXXX,
+# wine-XXXXXX): give them a folder of ours, removed on exit (after wineserver, below).
+OWN_TMP=$(mktemp -d)
+export TMPDIR=$OWN_TMP
+WINESERVER=""
+trap '[ -n "$WINESERVER" ] && { "$WINESERVER" -k; "$WINESERVER" -w; } >/dev/null 2>&1; rm -rf "$OWN_TMP"' EXIT
 
 die() {
     echo "windows-test: $*" >&2
@@ -76,11 +82,6 @@ export WINEPREFIX=${WINEPREFIX:-$ROOT/windows/target/wineprefix}
 export WINEDEBUG=-all
 export WINEDLLOVERRIDES="mscoree,mshtml="
 mkdir -p "$WINEPREFIX"
-# Wine makes folders of its own in the temporary directory (wine-XXXXXX) and leaves them behind:
-# give it one of ours and remove it once its server has gone.
-WINE_TMP=$(mktemp -d)
-export TMPDIR=$WINE_TMP
-trap '"$WINESERVER" -k >/dev/null 2>&1; "$WINESERVER" -w >/dev/null 2>&1; rm -rf "$WINE_TMP"' EXIT
 "$WINE" wineboot --init >/dev/null 2>&1
 "$WINESERVER" -p 60 >/dev/null 2>&1
 
