@@ -150,6 +150,26 @@ pub fn cli_command() -> Command {
     cmd
 }
 
+/// `rocmguard doctor --json` on a fake machine (`tests/fixtures/sysroot/TREE`), with the
+/// simulated runtime on the loader path (so the libraries line does not depend on this machine)
+/// and extra variables.
+pub fn doctor_cmd(tree: &str, vars: &[(&str, &str)]) -> Command {
+    let mut cmd = cli_command();
+    cmd.args([
+        "doctor",
+        "--json",
+        "--no-python",
+        "--no-self-test",
+        "--sysroot",
+    ])
+    .arg(sysroot(tree))
+    .env("LD_LIBRARY_PATH", sim_lib_dir());
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
 /// A finished run's output with its stdout's `key value` lines, for test programs that print
 /// what they saw that way.
 pub struct Seen {

@@ -4,31 +4,14 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use rocmguard_tests::{cli_command, output, scratch_dir, shim_lib, sim_lib_dir, sysroot, text};
+use rocmguard_tests::{
+    cli_command, doctor_cmd, output, scratch_dir, shim_lib, sim_lib_dir, sysroot, text,
+};
 use serde_json::Value;
 
 const GIB: u64 = 1 << 30;
-
-/// `rocmguard doctor --json` on a fake machine, with the simulated runtime on the loader path
-/// (so the libraries line does not depend on this machine) and extra variables.
-fn doctor_cmd(tree: &str, vars: &[(&str, &str)]) -> Command {
-    let mut cmd = cli_command();
-    cmd.args([
-        "doctor",
-        "--json",
-        "--no-python",
-        "--no-self-test",
-        "--sysroot",
-    ])
-    .arg(sysroot(tree))
-    .env("LD_LIBRARY_PATH", sim_lib_dir());
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    cmd
-}
 
 fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout)

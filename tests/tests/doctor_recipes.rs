@@ -1,25 +1,12 @@
 //! `rocmguard doctor` names the memory variables from recipes that PyTorch never reads, with
 //! the setting that does what they meant (issue 23), on a fake machine.
 
-use rocmguard_tests::{cli_command, output, sim_lib_dir, sysroot, text};
+use rocmguard_tests::{doctor_cmd, output, text};
 use serde_json::Value;
 
 /// The `recipe-vars` check of `doctor --json` with these variables: (status, detail, fix).
 fn recipe_check(vars: &[(&str, &str)]) -> (String, String, String) {
-    let mut cmd = cli_command();
-    cmd.args([
-        "doctor",
-        "--json",
-        "--no-python",
-        "--no-self-test",
-        "--sysroot",
-    ])
-    .arg(sysroot("rx5600xt"))
-    .env("LD_LIBRARY_PATH", sim_lib_dir());
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    let out = output(&mut cmd);
+    let out = output(&mut doctor_cmd("rx5600xt", vars));
     let report: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({}): {}", e, text(&out)));
     let c = report["checks"]
