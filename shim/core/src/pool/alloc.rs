@@ -51,27 +51,68 @@ impl<S: DeviceSource> Pool<S> {
     }
 
     /// The loop of [`Pool::alloc`]; it may let go of the lock while it synchronizes or backs
-    /// off, and hands it back with the result.
+    /// off, and hands it back with the result. The first pass, which serves nearly every
+    /// request, is straight-line here; the rest of the loop is out of line, so that what only
+    /// it needs (thread-local addresses of the device calls, which LLVM hoists out of a loop
+    /// into its entry) costs a served request nothing.
     fn retry_loop<'a>(
         &'a self,
         mut st: MutexGuard<'a, State>,
         size: u64,
     ) -> (MutexGuard<'a, State>, Result<u64, AllocError>) {
         let rounded = round_up(size.max(1), GRANULE);
+        if !st.warmed {
+            self.first_use(&mut st);
+        }
+        if st.live_total() + rounded > st.stats.cap || rounded == u64::MAX / GRANULE * GRANULE {
+            st.stats.ooms += 1;
+            return (st, Err(AllocError::OverCap));
+        }
+        let kind = st.kind_for(rounded);
+        match self.serve(&mut st, kind, rounded, size, false) {
+            Step::Served(addr) => (st, Ok(addr)),
+            step => self.retry_after(st, size, rounded, kind, step),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn first_use(&self, st: &mut State) {
+        st.warmed = true;
+        st.virtual_memory = self.options.virtual_memory && self.source.has_virtual_memory();
+        self.warm_up(st);
+    }
+
+    /// The rest of [`Pool::retry_loop`] after a first pass (of pool `kind`) that came to
+    /// `step` without serving.
+    #[cold]
+    #[inline(never)]
+    fn retry_after<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        size: u64,
+        rounded: u64,
+        kind: Kind,
+        step: Step,
+    ) -> (MutexGuard<'a, State>, Result<u64, AllocError>) {
         let mut attempt = 0;
         let mut synced = false;
-        if !st.warmed {
-            st.warmed = true;
-            st.virtual_memory = self.options.virtual_memory && self.source.has_virtual_memory();
-            self.warm_up(&mut st);
-        }
+        let mut first = Some((kind, step));
         loop {
-            if st.live_total() + rounded > st.stats.cap || rounded == u64::MAX / GRANULE * GRANULE {
-                st.stats.ooms += 1;
-                return (st, Err(AllocError::OverCap));
-            }
-            let kind = st.kind_for(rounded);
-            let error = match self.serve(&mut st, kind, rounded, size, synced) {
+            let (kind, step) = match first.take() {
+                Some(first) => first,
+                None => {
+                    if st.live_total() + rounded > st.stats.cap
+                        || rounded == u64::MAX / GRANULE * GRANULE
+                    {
+                        st.stats.ooms += 1;
+                        return (st, Err(AllocError::OverCap));
+                    }
+                    let kind = st.kind_for(rounded);
+                    (kind, self.serve(&mut st, kind, rounded, size, synced))
+                }
+            };
+            let error = match step {
                 Step::Served(addr) => return (st, Ok(addr)),
                 Step::Synchronize => {
                     synced = true;
