@@ -115,16 +115,25 @@ fn check(pool: &Pool<CountingSource>, live: &BTreeMap<u64, u64>) {
 /// Every freed block is taken to have had work queued on it: outside in-order work it must not
 /// be handed out again before a synchronize, and in no mode may its memory be unmapped before
 /// one.
+///
+/// A twin pool with the free index's in-place updates off takes the same steps: every address
+/// and every stat must be the same in both (the updates are only a cheaper way to the same
+/// placement).
 fn run(ops: Vec<Op>, max_split: Option<u64>, vmm: bool, in_order: bool) {
     let pool = Pool::new(CountingSource::new(DEVICE), options_with(max_split, vmm));
     pool.source().set_in_order(in_order);
+    let twin = Pool::new(CountingSource::new(DEVICE), options_with(max_split, vmm));
+    twin.source().set_in_order(in_order);
+    twin.set_in_place_updates(false);
     let mut live: BTreeMap<u64, u64> = BTreeMap::new();
     let mut order: Vec<u64> = Vec::new();
     for op in ops {
         match op {
             Op::Alloc(n) => {
                 let before = pool.stats();
-                match pool.alloc(n) {
+                let result = pool.alloc(n);
+                assert_eq!(result, twin.alloc(n), "placement differs from the twin's");
+                match result {
                     Ok(addr) => {
                         assert!(live.insert(addr, n).is_none(), "address handed out twice");
                         assert!(
@@ -158,7 +167,9 @@ fn run(ops: Vec<Op>, max_split: Option<u64>, vmm: bool, in_order: bool) {
                 let addr = order.swap_remove(i % order.len());
                 let size = live.remove(&addr).unwrap();
                 pool.source().queued_use(addr, size);
+                twin.source().queued_use(addr, size);
                 assert_eq!(pool.free(addr), Some(size));
+                assert_eq!(twin.free(addr), Some(size));
                 assert_eq!(pool.free(addr), None, "a second free is not ours");
                 assert_eq!(
                     pool.block_containing(addr + size / 2),
@@ -169,16 +180,28 @@ fn run(ops: Vec<Op>, max_split: Option<u64>, vmm: bool, in_order: bool) {
             Op::Free(_) => {}
             Op::Trim(keep) => {
                 pool.trim_to(keep);
+                twin.trim_to(keep);
             }
-            Op::SetCap(cap) => pool.set_cap(cap),
+            Op::SetCap(cap) => {
+                pool.set_cap(cap);
+                twin.set_cap(cap);
+            }
             Op::Sync => {
                 // The program's own device synchronize.
-                let mark = pool.quarantine_mark();
-                pool.source().synchronize().unwrap();
-                pool.synchronized(mark);
+                for p in [&pool, &twin] {
+                    let mark = p.quarantine_mark();
+                    p.source().synchronize().unwrap();
+                    p.synchronized(mark);
+                }
             }
         }
         check(&pool, &live);
+        assert_eq!(pool.stats(), twin.stats(), "stats differ from the twin's");
+        assert_eq!(
+            twin.in_place_updates(),
+            0,
+            "the twin updates nothing in place"
+        );
         assert_eq!(
             pool.source()
                 .unsafe_unmaps
@@ -233,6 +256,54 @@ proptest! {
     #[test]
     fn in_order_with_plain_segments_and_max_split(ops in proptest::collection::vec(op(), 1..300)) {
         run(ops, Some(8 << 20), false, true);
+    }
+}
+
+/// The pairs of the preloaded hot-path bench (`tests/c/bench_pairs.c`): sizes in turn, one
+/// block live, work in order, behind a block that stays live (so that the free block after it
+/// is not a round size, where taking any bytes moves it down a class). Each pair places every
+/// block where a pool without in-place updates does; in a virtual segment it splits the free
+/// block and merges it back, and both must leave the free index alone (an in-place update
+/// each). Plain segments are wholly free between pairs, round sizes: no update in place.
+#[test]
+fn pairs_of_sizes_in_turn_split_and_merge_in_place() {
+    for vmm in [true, false] {
+        let pools = [true, false].map(|on| {
+            let pool = Pool::new(CountingSource::new(DEVICE), options_with(None, vmm));
+            pool.source().set_in_order(true);
+            pool.set_in_place_updates(on);
+            pool
+        });
+        let kept = pools[0].alloc(5 << 20).unwrap();
+        assert_eq!(Ok(kept), pools[1].alloc(5 << 20));
+        let sizes = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
+        for round in 0..4 {
+            for size in sizes {
+                let before = pools[0].in_place_updates();
+                let a = pools[0].alloc(size).unwrap();
+                assert_eq!(
+                    Ok(a),
+                    pools[1].alloc(size),
+                    "vmm {}: placement differs",
+                    vmm
+                );
+                pools[0].check_invariants().unwrap();
+                assert_eq!(pools[0].free(a), Some(size));
+                pools[1].free(a);
+                pools[0].check_invariants().unwrap();
+                assert_eq!(pools[0].stats(), pools[1].stats());
+                if vmm && round > 0 {
+                    assert_eq!(
+                        pools[0].in_place_updates() - before,
+                        2,
+                        "vmm {}: {} bytes: a split and a merge in place",
+                        vmm,
+                        size
+                    );
+                }
+            }
+        }
+        assert_eq!(pools[1].in_place_updates(), 0);
     }
 }
 

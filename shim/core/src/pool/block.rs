@@ -95,15 +95,20 @@ impl State {
     /// is oversize.
     pub(super) fn take(&mut self, i: u32, rounded: u64, requested: u64, oversize: u64) -> u64 {
         let kind = self.kind(i).slot();
-        self.index[kind].remove(&mut self.blocks, i);
         let (addr, size, seg) = {
             let b = &self.blocks[i as usize];
             (b.addr, b.size, b.seg)
         };
-        if size - rounded >= GRANULE && (size < oversize || self.pages(seg).is_some()) {
-            let rest = self.carve(i, rounded);
-            self.index[kind].insert(&mut self.blocks, rest);
-        }
+        let splits = size - rounded >= GRANULE && (size < oversize || self.pages(seg).is_some());
+        let i = if splits {
+            // The rest keeps the block's slot, and its place in the index where it can.
+            let front = self.carve_front(i, rounded);
+            self.index[kind].refile(&mut self.blocks, i, size);
+            front
+        } else {
+            self.index[kind].remove(&mut self.blocks, i);
+            i
+        };
         let b = &mut self.blocks[i as usize];
         b.state = BlockState::Live;
         b.requested = requested;
@@ -116,26 +121,92 @@ impl State {
         addr
     }
 
+    /// Cuts the first `offset` bytes off free block `i`, which stays where it is in the index
+    /// (see [`super::index::FreeIndex::stays`]); returns them as a new block, free and in no
+    /// index.
+    fn carve_front(&mut self, i: u32, offset: u64) -> u32 {
+        let (addr, seg, prev) = {
+            let b = &self.blocks[i as usize];
+            (b.addr, b.seg, b.prev)
+        };
+        let front = self.new_block(Block {
+            addr,
+            size: offset,
+            requested: 0,
+            seg,
+            prev,
+            next: i,
+            link_prev: NIL,
+            link_next: NIL,
+            state: BlockState::Free,
+        });
+        self.link_after(prev, seg, front);
+        let b = &mut self.blocks[i as usize];
+        b.addr += offset;
+        b.size -= offset;
+        b.prev = front;
+        front
+    }
+
+    /// Makes `i` the block after `prev` in segment `seg` (its first when `prev` is `NIL`).
+    fn link_after(&mut self, prev: u32, seg: u32, i: u32) {
+        if prev != NIL {
+            self.blocks[prev as usize].next = i;
+        } else if let Some(s) = self.segments[seg as usize].as_mut() {
+            s.first = i;
+        }
+    }
+
     /// Marks a quarantined block free and merges it with free neighbours. Returns whether its
     /// segment is now wholly free (or, virtual, may have an idle mapping).
     pub(super) fn release_block(&mut self, mut i: u32) -> bool {
         let kind = self.kind(i).slot();
         self.unpin_pages(i);
-        self.blocks[i as usize].state = BlockState::Free;
-        let prev = self.blocks[i as usize].prev;
-        if prev != NIL && self.blocks[prev as usize].state == BlockState::Free {
-            self.index[kind].remove(&mut self.blocks, prev);
-            self.merge_into(prev, i);
-            i = prev;
-        }
-        let next = self.blocks[i as usize].next;
-        if next != NIL && self.blocks[next as usize].state == BlockState::Free {
+        let (prev, next) = {
+            let b = &mut self.blocks[i as usize];
+            b.state = BlockState::Free;
+            (b.prev, b.next)
+        };
+        let free = |j: u32| j != NIL && self.blocks[j as usize].state == BlockState::Free;
+        let (prev_free, next_free) = (free(prev), free(next));
+        if prev_free && next_free {
             self.index[kind].remove(&mut self.blocks, next);
             self.merge_into(i, next);
+            let old = self.blocks[prev as usize].size;
+            self.merge_into(prev, i);
+            self.index[kind].refile(&mut self.blocks, prev, old);
+            i = prev;
+        } else if prev_free {
+            let old = self.blocks[prev as usize].size;
+            self.merge_into(prev, i);
+            self.index[kind].refile(&mut self.blocks, prev, old);
+            i = prev;
+        } else if next_free {
+            // The free block after takes this one in, keeping its place in the index where it
+            // can.
+            let old = self.blocks[next as usize].size;
+            self.absorb_front(next, i);
+            self.index[kind].refile(&mut self.blocks, next, old);
+            i = next;
+        } else {
+            self.index[kind].insert(&mut self.blocks, i);
         }
-        self.index[kind].insert(&mut self.blocks, i);
         let b = &self.blocks[i as usize];
         (b.prev == NIL && b.next == NIL) || self.pages(b.seg).is_some()
+    }
+
+    /// Prepends `left` (the block before in address order) to `right` and drops `left`.
+    fn absorb_front(&mut self, right: u32, left: u32) {
+        let (addr, size, prev, seg) = {
+            let l = &self.blocks[left as usize];
+            (l.addr, l.size, l.prev, l.seg)
+        };
+        self.link_after(prev, seg, right);
+        let r = &mut self.blocks[right as usize];
+        r.addr = addr;
+        r.size += size;
+        r.prev = prev;
+        self.vacate(left);
     }
 
     /// Appends `right` (the next block in address order) to `left` and drops `right`.

@@ -14,6 +14,7 @@ const SL: usize = 1 << SL_BITS;
 const FL: usize = 41;
 
 /// Class that a free block of `granules` belongs to (rounding down).
+#[inline]
 fn class_of(granules: u64) -> usize {
     if granules < SL as u64 {
         return granules as usize;
@@ -36,7 +37,11 @@ fn class_above(granules: u64) -> usize {
 pub(crate) struct FreeIndex {
     fl_map: u64,
     sl_map: [u16; FL],
-    heads: Vec<u32>,
+    heads: [u32; FL * SL],
+    /// Whether [`FreeIndex::stays`] may say yes (off only to compare placement without it).
+    pub(crate) in_place: bool,
+    /// How often it did: splits and merges that left the lists alone.
+    pub(crate) in_place_hits: u64,
 }
 
 impl FreeIndex {
@@ -44,15 +49,42 @@ impl FreeIndex {
         FreeIndex {
             fl_map: 0,
             sl_map: [0; FL],
-            heads: vec![NIL; FL * SL],
+            heads: [NIL; FL * SL],
+            in_place: true,
+            in_place_hits: 0,
         }
     }
 
+    /// Files free block `i` of this index again after its size changed from `old_size`
+    /// (its address may have changed too), leaving the lists as a remove at the old size and an
+    /// insert at the new would: untouched when it heads its class's list and keeps its class
+    /// (an insert puts a block first in its class), which is what saves the index work when a
+    /// pair of calls splits a free block and merges it back; counted in `in_place_hits`.
+    #[inline]
+    pub(crate) fn refile(&mut self, blocks: &mut [Block], i: u32, old_size: u64) {
+        let b = &blocks[i as usize];
+        let (old, new) = (class_of(old_size >> 8), class_of(b.size >> 8));
+        if self.in_place && b.link_prev == NIL && new == old {
+            self.in_place_hits += 1;
+            return;
+        }
+        self.remove_from(blocks, i, old);
+        self.insert_at(blocks, i, new);
+    }
+
+    #[inline]
     pub(crate) fn insert(&mut self, blocks: &mut [Block], i: u32) {
         let class = class_of(blocks[i as usize].size >> 8);
+        self.insert_at(blocks, i, class);
+    }
+
+    /// Puts block `i` first in `class`, its size's.
+    #[inline]
+    fn insert_at(&mut self, blocks: &mut [Block], i: u32, class: usize) {
         let head = self.heads[class];
-        blocks[i as usize].link_prev = NIL;
-        blocks[i as usize].link_next = head;
+        let b = &mut blocks[i as usize];
+        b.link_prev = NIL;
+        b.link_next = head;
         if head != NIL {
             blocks[head as usize].link_prev = i;
         }
@@ -61,16 +93,24 @@ impl FreeIndex {
         self.sl_map[class / SL] |= 1 << (class % SL);
     }
 
+    #[inline]
     pub(crate) fn remove(&mut self, blocks: &mut [Block], i: u32) {
+        let class = class_of(blocks[i as usize].size >> 8);
+        self.remove_from(blocks, i, class);
+    }
+
+    /// Removes block `i`, filed in `class`.
+    #[inline]
+    fn remove_from(&mut self, blocks: &mut [Block], i: u32, class: usize) {
         let (prev, next) = (blocks[i as usize].link_prev, blocks[i as usize].link_next);
         if prev != NIL {
             blocks[prev as usize].link_next = next;
         } else {
-            let class = class_of(blocks[i as usize].size >> 8);
             self.heads[class] = next;
             if next == NIL {
-                self.sl_map[class / SL] &= !(1 << (class % SL));
-                if self.sl_map[class / SL] == 0 {
+                let sl = &mut self.sl_map[class / SL];
+                *sl &= !(1 << (class % SL));
+                if *sl == 0 {
                     self.fl_map &= !(1 << (class / SL));
                 }
             }

@@ -318,6 +318,26 @@ impl<S: DeviceSource> Pool<S> {
         s
     }
 
+    /// Turns the free index's in-place updates off or on (on by default): for tests that
+    /// compare placement with and without them, which must be the same.
+    #[doc(hidden)]
+    pub fn set_in_place_updates(&self, on: bool) {
+        let mut st = self.lock();
+        for index in st.index.iter_mut() {
+            index.in_place = on;
+        }
+    }
+
+    /// How many splits and merges left the free index alone (see `index::FreeIndex::stays`).
+    #[doc(hidden)]
+    pub fn in_place_updates(&self) -> u64 {
+        self.lock()
+            .index
+            .iter()
+            .map(|index| index.in_place_hits)
+            .sum()
+    }
+
     /// Forgets every block and segment without touching the device: after a device reset the
     /// memory is gone already.
     pub fn forget_all(&self) {
