@@ -121,7 +121,10 @@ impl<S: DeviceSource> Pool<S> {
                 }
                 Step::Failed(e) => e,
             };
-            if st.virtual_memory && st.mappings.is_empty() && !is_retryable(error) {
+            // The device refused virtual memory for a reason other than memory (before the first
+            // piece, or later: ROCm 7.2's `hipMemSetAccess` refuses some later mappings,
+            // rocm-systems#2516): plain segments from now on, the pieces mapped so far serving on.
+            if st.virtual_memory && !is_retryable(error) {
                 self.give_up_virtual_memory(&mut st);
                 continue;
             }
@@ -169,7 +172,7 @@ impl<S: DeviceSource> Pool<S> {
             st.stats.pool_hits += 1;
             return Step::Served(self.take(st, block, rounded, size));
         }
-        let found = st.find(kind, rounded, oversize, fit, Backing::Any);
+        let found = st.find(kind, rounded, oversize, fit, st.new_memory());
         let error = match found {
             // Mapping memory costs device calls and memory: blocks in quarantine may do instead.
             Some(block) if !synced && st.stats.quarantined > 0 && !st.is_backed(block, rounded) => {
@@ -234,7 +237,7 @@ impl<S: DeviceSource> Pool<S> {
     /// A small request served from free room in a large segment, if one has it.
     fn small_in_large(&self, st: &mut State, rounded: u64, size: u64) -> Option<u64> {
         let oversize = self.options.oversize();
-        let block = st.find(Kind::Large, rounded, oversize, Fit::Any, Backing::Any)?;
+        let block = st.find(Kind::Large, rounded, oversize, Fit::Any, st.new_memory())?;
         let at = st.blocks[block as usize].addr;
         let called = self.back(st, block, at, rounded, true).ok()?;
         st.stats.pool_hits += u64::from(!called);

@@ -4,7 +4,7 @@
 
 use super::block::Block;
 use super::pages::{Mapping, Pages};
-use super::state::{Kind, Segment, State};
+use super::state::{Backing, Kind, Segment, State};
 use super::{
     round_up, AllocError, Pool, MAPPING_CHUNK, MEDIUM_REQUEST, PIECE_SHARE, SEGMENT, SMALL_REQUEST,
     VIRTUAL_SEGMENT,
@@ -33,6 +33,16 @@ impl State {
         self.segments[seg as usize]
             .as_ref()
             .and_then(|s| s.pages.as_ref())
+    }
+
+    /// Which free blocks may serve: any while virtual memory is on; once it was given up with
+    /// pieces still mapped, only what is mapped already (the device refused to map more).
+    pub(super) fn new_memory(&self) -> Backing {
+        if self.virtual_memory {
+            Backing::Any
+        } else {
+            Backing::Mapped
+        }
     }
 
     /// Whether the first `rounded` bytes of free block `block` have device memory behind them.
@@ -237,8 +247,9 @@ impl<S: DeviceSource> Pool<S> {
         Some(st.add_segment(addr, size, Kind::Large, Some(Pages::new(addr, size))))
     }
 
-    /// After the device refused to reserve, or to map into virtual segments before ever mapping
-    /// one (some reserve address space but cannot back it): plain segments from now on.
+    /// After the device refused to reserve, or to map into virtual segments for a reason other
+    /// than memory (some reserve address space but cannot back it; ROCm 7.2 refuses some later
+    /// mappings): plain segments from now on; what is mapped serves on until it goes back.
     pub(super) fn give_up_virtual_memory(&self, st: &mut State) {
         st.virtual_memory = false;
         self.release_address_space(st);
