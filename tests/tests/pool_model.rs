@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use rocmguard_core::pool::{GRANULE, MAPPING_CHUNK, SMALL_REQUEST};
+use rocmguard_core::pool::{GRANULE, SMALL_REQUEST};
 use rocmguard_core::{AllocError, Config, CountingSource, DeviceSource, Pool, PoolOptions};
 
 #[derive(Clone, Debug)]
@@ -22,8 +22,8 @@ fn size() -> impl Strategy<Value = u64> {
         3 => 4096u64..(1 << 20),
         2 => (1u64 << 20)..(12 << 20),
         1 => (12u64 << 20)..(96 << 20),
-        // Past MAPPING_CHUNK: several pieces under one block.
-        1 => (MAPPING_CHUNK + 1)..(300 << 20),
+        // Past the default piece size (128 MiB): several pieces under one block.
+        1 => (DEFAULT_PIECE + 1)..(300 << 20),
     ]
 }
 
@@ -38,6 +38,8 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 const DEVICE: u64 = 1 << 30;
+/// `piece_size`'s default.
+const DEFAULT_PIECE: u64 = 128 << 20;
 
 fn options(max_split: Option<u64>) -> PoolOptions {
     options_with(max_split, true)
@@ -120,9 +122,14 @@ fn check(pool: &Pool<CountingSource>, live: &BTreeMap<u64, u64>) {
 /// and every stat must be the same in both (the updates are only a cheaper way to the same
 /// placement).
 fn run(ops: Vec<Op>, max_split: Option<u64>, vmm: bool, in_order: bool) {
-    let pool = Pool::new(CountingSource::new(DEVICE), options_with(max_split, vmm));
+    run_with(ops, options_with(max_split, vmm), in_order);
+}
+
+/// [`run`] with these options.
+fn run_with(ops: Vec<Op>, options: PoolOptions, in_order: bool) {
+    let pool = Pool::new(CountingSource::new(DEVICE), options.clone());
     pool.source().set_in_order(in_order);
-    let twin = Pool::new(CountingSource::new(DEVICE), options_with(max_split, vmm));
+    let twin = Pool::new(CountingSource::new(DEVICE), options);
     twin.source().set_in_order(in_order);
     twin.set_in_place_updates(false);
     let mut live: BTreeMap<u64, u64> = BTreeMap::new();
@@ -256,6 +263,54 @@ proptest! {
     #[test]
     fn in_order_with_plain_segments_and_max_split(ops in proptest::collection::vec(op(), 1..300)) {
         run(ops, Some(8 << 20), false, true);
+    }
+
+    #[test]
+    fn with_pieces_of_a_page(ops in proptest::collection::vec(op(), 1..300)) {
+        let mut o = options(None);
+        o.piece_size = 2 << 20;
+        run_with(ops, o, false);
+    }
+
+    #[test]
+    fn in_order_with_16_mib_pieces(ops in proptest::collection::vec(op(), 1..300)) {
+        let mut o = options(None);
+        o.piece_size = 16 << 20;
+        run_with(ops, o, true);
+    }
+}
+
+/// A small block left where a large one was pins the piece it lies in, and no more: with
+/// `piece_size` the rest of the large block's memory goes back at a trim.
+#[test]
+fn a_long_lived_block_pins_at_most_one_piece() {
+    const MIB: u64 = 1 << 20;
+    for (piece, pinned) in [
+        (DEFAULT_PIECE, 100 * MIB),
+        (16 * MIB, 16 * MIB),
+        (2 * MIB, 2 * MIB),
+    ] {
+        let mut o = options(None);
+        o.piece_size = piece;
+        let pool = Pool::new(CountingSource::new(DEVICE), o);
+        let big = pool.alloc(100 * MIB).unwrap();
+        pool.free(big);
+        pool.synchronized(pool.quarantine_mark());
+        let small = pool.alloc(4096).unwrap();
+        assert_eq!(
+            small, big,
+            "the small block takes the mapped memory's start"
+        );
+        pool.trim_to(0);
+        pool.check_invariants().unwrap();
+        assert_eq!(
+            pool.stats().reserved,
+            pinned,
+            "pieces of {} MiB: what a 4 KiB block keeps mapped",
+            piece / MIB
+        );
+        assert_eq!(pool.source().used(), pinned, "the device agrees");
+        pool.free(small);
     }
 }
 
@@ -593,7 +648,7 @@ fn warmup_reserves_before_first_use() {
         let s = pool.stats();
         assert_eq!(s.reserved, 1 << 30, "1 GiB reserved at first use");
         // 256 MiB plain segments, or 128 MiB mappings of one virtual segment.
-        let calls = if vmm { (1 << 30) / MAPPING_CHUNK } else { 4 };
+        let calls = if vmm { (1 << 30) / DEFAULT_PIECE } else { 4 };
         assert_eq!(s.source_allocs, calls, "no growth for the first request");
         assert_eq!(s.pool_hits, 1);
         pool.free(a);

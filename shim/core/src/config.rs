@@ -34,6 +34,8 @@ pub struct Config {
     pub warmup: u64,
     /// Build segments from the device's virtual memory where it has it.
     pub vmm: bool,
+    /// Largest piece of device memory mapped at once in a virtual segment (a multiple of 2 MiB).
+    pub piece_size: u64,
     /// Log level: error, warn, info, debug or trace.
     pub log: String,
     /// Write the log here as well as to stderr.
@@ -213,6 +215,20 @@ pub const KEYS: &[Key] = &[
         set: |c, v| parse_bool(v).map(|b| c.vmm = b),
     },
     Key {
+        name: "piece_size",
+        example: "16MiB",
+        default: "128MiB",
+        help: "Largest piece of device memory a virtual segment maps at once, and so the most that one long-lived block can keep from going back: smaller pieces bring peak memory closer to what the program holds, at the cost of more driver calls (a multiple of 2 MiB).",
+        set: |c, v| {
+            let b = parse_size(v)?;
+            if b == 0 || b % (2 << 20) != 0 {
+                return Err(format!("`{}` is not a multiple of 2 MiB (the device's page)", v));
+            }
+            c.piece_size = b;
+            Ok(())
+        },
+    },
+    Key {
         name: "log",
         example: "info",
         default: "warn",
@@ -347,6 +363,7 @@ impl Default for Config {
             retries: 0,
             warmup: 0,
             vmm: true,
+            piece_size: 0,
             log: String::new(),
             log_file: None,
             stats: false,

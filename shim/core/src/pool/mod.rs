@@ -56,9 +56,6 @@ pub const SMALL_REQUEST: u64 = 1 << 20;
 /// them, so the next few of the same size land in it too.
 pub const MEDIUM_REQUEST: u64 = 10 << 20;
 pub const MEDIUM_SEGMENT: u64 = 20 << 20;
-/// Virtual segments map device memory in runs of at most this size, so that a block left in a
-/// run pins at most this much (smaller runs cost more device calls).
-pub const MAPPING_CHUNK: u64 = 128 << 20;
 /// A piece mapped for a request reaches past it, into free address space, until it holds at
 /// least this fraction (1 / n) of what the pool has mapped: see `virtual_segment::piece_target`.
 pub const PIECE_SHARE: u64 = 64;
@@ -90,6 +87,10 @@ pub struct PoolOptions {
     pub warmup: u64,
     /// Use the device's virtual memory where it has it.
     pub virtual_memory: bool,
+    /// Virtual segments map device memory in pieces of at most this size (a multiple of
+    /// [`SEGMENT`]), so that a block left in a piece pins at most this much; smaller pieces cost
+    /// more device calls.
+    pub piece_size: u64,
     /// Backoff before retry n is n times this, so frees from other threads can land.
     pub backoff: Duration,
 }
@@ -105,6 +106,7 @@ impl PoolOptions {
             retries: config.retries,
             warmup: config.warmup,
             virtual_memory: config.vmm,
+            piece_size: config.piece_size,
             backoff: Duration::from_millis(1),
         }
     }

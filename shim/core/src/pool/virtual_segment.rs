@@ -6,25 +6,25 @@ use super::block::Block;
 use super::pages::{Mapping, Pages};
 use super::state::{Backing, Kind, Segment, State};
 use super::{
-    round_up, AllocError, Pool, MAPPING_CHUNK, MEDIUM_REQUEST, PIECE_SHARE, SEGMENT, SMALL_REQUEST,
+    round_up, AllocError, Pool, MEDIUM_REQUEST, PIECE_SHARE, SEGMENT, SMALL_REQUEST,
     VIRTUAL_SEGMENT,
 };
 use crate::source::DeviceSource;
 
-/// How much one piece mapped for a `rounded`-byte request should hold (at most
-/// [`MAPPING_CHUNK`]): a [`PIECE_SHARE`] of what the pool holds mapped, so a pool growing to a
+/// How much one piece mapped for a `rounded`-byte request should hold (at most `piece_size`,
+/// [`super::PoolOptions::piece_size`]): a [`PIECE_SHARE`] of what the pool holds mapped, so a pool growing to a
 /// peak maps it in a number of pieces that grows with the logarithm of the peak, not the peak,
 /// while the unused end of the last piece costs at most that share of it; and for a medium
 /// request at least [`MEDIUM_REQUEST`], so the next few medium requests land in the same piece
 /// (PyTorch's cache gives them 20 MiB segments).
-pub(super) fn piece_target(reserved: u64, rounded: u64) -> u64 {
+pub(super) fn piece_target(reserved: u64, rounded: u64, piece_size: u64) -> u64 {
     let share = round_up(reserved / PIECE_SHARE, SEGMENT);
     let medium = if rounded > SMALL_REQUEST && rounded <= MEDIUM_REQUEST {
         MEDIUM_REQUEST
     } else {
         0
     };
-    share.max(medium).min(MAPPING_CHUNK)
+    share.max(medium).min(piece_size)
 }
 
 impl State {
@@ -169,9 +169,10 @@ impl<S: DeviceSource> Pool<S> {
             0
         };
         let last = runs.len() - 1;
+        let piece = self.options.piece_size;
         for (i, (addr, size)) in runs.iter_mut().enumerate() {
             let ask = if i == last { *size + extra } else { *size };
-            let tokens = match self.source.map(*addr, ask, MAPPING_CHUNK) {
+            let tokens = match self.source.map(*addr, ask, piece) {
                 Ok(tokens) if i == last => {
                     *size += extra;
                     tokens
@@ -182,15 +183,15 @@ impl<S: DeviceSource> Pool<S> {
                 Err(e) if i == last && extra > 0 && e.out_of_memory => {
                     st.stats.retries += 1;
                     self.source
-                        .map(*addr, *size, MAPPING_CHUNK)
+                        .map(*addr, *size, piece)
                         .map_err(AllocError::Source)?
                 }
                 Err(e) => return Err(AllocError::Source(e)),
             };
             let (addr, size) = (*addr, *size);
             for (i, token) in tokens.into_iter().enumerate() {
-                let at = addr + i as u64 * MAPPING_CHUNK;
-                st.add_mapping(seg, (at, MAPPING_CHUNK.min(addr + size - at)), token);
+                let at = addr + i as u64 * piece;
+                st.add_mapping(seg, (at, piece.min(addr + size - at)), token);
             }
         }
         Ok(true)
@@ -210,7 +211,7 @@ impl<S: DeviceSource> Pool<S> {
         runs: &[(u64, u64)],
     ) -> u64 {
         let end = at + rounded;
-        let target = piece_target(st.stats.reserved, rounded);
+        let target = piece_target(st.stats.reserved, rounded, self.options.piece_size);
         let (run_at, run_size) = runs[runs.len() - 1];
         let run_end = run_at + run_size;
         let b = &st.blocks[block as usize];
