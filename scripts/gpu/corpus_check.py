@@ -16,7 +16,7 @@ reserved, against the prediction when given; these run with the first batch.
 Usage:
   python3 scripts/gpu/corpus_check.py --lib target/gpu/librocmguard.so [--jobs 8]
       [--pairs 2] [--pair-workloads gpt2m_accum,moe_top2,vit_multires] [--only a,b]
-      [--tune-confs FILE] [--budget 510] [--json FILE] [--logs DIR]
+      [--tune-confs FILE] [--budget 510] [--json FILE] [--logs DIR] [--set KEY=VALUE]
 Exit status 1 when a workload gave no exit table or its ratio is over 1.05.
 """
 
@@ -68,8 +68,13 @@ def clean_env(**extra):
     return env
 
 
+# `--set KEY=VALUE`: rocmguard settings for every run under the shim, as ROCMGUARD_KEY=VALUE.
+SETTINGS = {}
+
+
 def shim_env(lib):
-    return clean_env(LD_PRELOAD=str(Path(lib).resolve()), PYTORCH_NO_CUDA_MEMORY_CACHING="1", ROCMGUARD_STATS="1")
+    return clean_env(LD_PRELOAD=str(Path(lib).resolve()), PYTORCH_NO_CUDA_MEMORY_CACHING="1", ROCMGUARD_STATS="1",
+                     **SETTINGS)
 
 
 def argv(workload):
@@ -198,7 +203,14 @@ def main():
     p.add_argument("--budget", type=float, default=510.0, help="seconds for the whole run")
     p.add_argument("--logs", default="/tmp/corpus_check_logs", help="one log per process")
     p.add_argument("--json", help="write the figures here (default: $OUT/corpus_check.json if OUT is set)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a rocmguard setting for every run under the shim (piece_size=16MiB); repeatable")
     args = p.parse_args()
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            p.error(f"--set {item}: write KEY=VALUE")
+        SETTINGS["ROCMGUARD_" + key.upper().removeprefix("ROCMGUARD_")] = value
     start = time.monotonic()
     halves = corpus()
     wanted = set(args.only.split(",")) if args.only else None
