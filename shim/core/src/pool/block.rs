@@ -31,6 +31,8 @@ pub(crate) struct Block {
     pub next: u32,
     pub link_prev: u32,
     pub link_next: u32,
+    /// The class of the free index it is filed in (free blocks only): `link_*`'s list.
+    pub class: u16,
     pub state: BlockState,
 }
 
@@ -80,6 +82,7 @@ impl State {
             next,
             link_prev: NIL,
             link_next: NIL,
+            class: 0,
             state: BlockState::Free,
         });
         if next != NIL {
@@ -103,7 +106,7 @@ impl State {
         let i = if splits {
             // The rest keeps the block's slot, and its place in the index where it can.
             let front = self.carve_front(i, rounded);
-            self.index[kind].refile(&mut self.blocks, i, size);
+            self.index[kind].refile(&mut self.blocks, i);
             front
         } else {
             self.index[kind].remove(&mut self.blocks, i);
@@ -138,6 +141,7 @@ impl State {
             next: i,
             link_prev: NIL,
             link_next: NIL,
+            class: 0,
             state: BlockState::Free,
         });
         self.link_after(prev, seg, front);
@@ -172,21 +176,18 @@ impl State {
         if prev_free && next_free {
             self.index[kind].remove(&mut self.blocks, next);
             self.merge_into(i, next);
-            let old = self.blocks[prev as usize].size;
             self.merge_into(prev, i);
-            self.index[kind].refile(&mut self.blocks, prev, old);
+            self.index[kind].refile(&mut self.blocks, prev);
             i = prev;
         } else if prev_free {
-            let old = self.blocks[prev as usize].size;
             self.merge_into(prev, i);
-            self.index[kind].refile(&mut self.blocks, prev, old);
+            self.index[kind].refile(&mut self.blocks, prev);
             i = prev;
         } else if next_free {
             // The free block after takes this one in, keeping its place in the index where it
             // can.
-            let old = self.blocks[next as usize].size;
             self.absorb_front(next, i);
-            self.index[kind].refile(&mut self.blocks, next, old);
+            self.index[kind].refile(&mut self.blocks, next);
             i = next;
         } else {
             self.index[kind].insert(&mut self.blocks, i);
@@ -249,6 +250,7 @@ impl State {
             next: NIL,
             link_prev: NIL,
             link_next: NIL,
+            class: 0,
             state: BlockState::Free,
         });
         self.births += 1;

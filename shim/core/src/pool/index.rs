@@ -12,6 +12,8 @@ const SL_BITS: u32 = 4;
 const SL: usize = 1 << SL_BITS;
 /// Enough first-level classes for 2^48 bytes in 256-byte granules.
 const FL: usize = 41;
+// A block keeps its class in a `u16`.
+const _: () = assert!(FL * SL <= 1 << 16);
 
 /// Class that a free block of `granules` belongs to (rounding down).
 #[inline]
@@ -55,15 +57,15 @@ impl FreeIndex {
         }
     }
 
-    /// Files free block `i` of this index again after its size changed from `old_size`
-    /// (its address may have changed too), leaving the lists as a remove at the old size and an
-    /// insert at the new would: untouched when it heads its class's list and keeps its class
-    /// (an insert puts a block first in its class), which is what saves the index work when a
-    /// pair of calls splits a free block and merges it back; counted in `in_place_hits`.
+    /// Files free block `i` of this index again after its size changed (its address may have
+    /// changed too), leaving the lists as a remove and an insert would: untouched when it heads
+    /// its class's list and keeps its class (an insert puts a block first in its class), which
+    /// is what saves the index work when a pair of calls splits a free block and merges it
+    /// back; counted in `in_place_hits`.
     #[inline]
-    pub(crate) fn refile(&mut self, blocks: &mut [Block], i: u32, old_size: u64) {
+    pub(crate) fn refile(&mut self, blocks: &mut [Block], i: u32) {
         let b = &blocks[i as usize];
-        let (old, new) = (class_of(old_size >> 8), class_of(b.size >> 8));
+        let (old, new) = (b.class as usize, class_of(b.size >> 8));
         if self.in_place && b.link_prev == NIL && new == old {
             self.in_place_hits += 1;
             return;
@@ -85,6 +87,7 @@ impl FreeIndex {
         let b = &mut blocks[i as usize];
         b.link_prev = NIL;
         b.link_next = head;
+        b.class = class as u16;
         if head != NIL {
             blocks[head as usize].link_prev = i;
         }
@@ -95,11 +98,11 @@ impl FreeIndex {
 
     #[inline]
     pub(crate) fn remove(&mut self, blocks: &mut [Block], i: u32) {
-        let class = class_of(blocks[i as usize].size >> 8);
+        let class = blocks[i as usize].class as usize;
         self.remove_from(blocks, i, class);
     }
 
-    /// Removes block `i`, filed in `class`.
+    /// Removes block `i`, filed in `class` (its `class`).
     #[inline]
     fn remove_from(&mut self, blocks: &mut [Block], i: u32, class: usize) {
         let (prev, next) = (blocks[i as usize].link_prev, blocks[i as usize].link_next);
@@ -199,7 +202,10 @@ impl FreeIndex {
                 let b = blocks
                     .get(i as usize)
                     .ok_or_else(|| format!("free list names block {} past the arena", i))?;
-                if class_of(b.size >> 8) != class || b.link_prev != prev {
+                if class_of(b.size >> 8) != class
+                    || b.class as usize != class
+                    || b.link_prev != prev
+                {
                     return Err(format!(
                         "block {} at {:#x} ({} bytes) is misfiled in free class {}",
                         i, b.addr, b.size, class
