@@ -62,7 +62,7 @@ impl FreeIndex {
     /// its class's list and keeps its class (an insert puts a block first in its class), which
     /// is what saves the index work when a pair of calls splits a free block and merges it
     /// back; counted in `in_place_hits`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn refile(&mut self, blocks: &mut [Block], i: u32) {
         let b = &blocks[i as usize];
         let (old, new) = (b.class as usize, class_of(b.size >> 8));
