@@ -14,6 +14,8 @@ enum Op {
     Trim(u64),
     SetCap(u64),
     Sync,
+    /// Frees the block allocated last (a pair with the allocation before it).
+    FreeLast,
 }
 
 fn size() -> impl Strategy<Value = u64> {
@@ -25,6 +27,19 @@ fn size() -> impl Strategy<Value = u64> {
         // Past the default piece size (128 MiB): several pieces under one block.
         1 => (DEFAULT_PIECE + 1)..(300 << 20),
     ]
+}
+
+/// Allocations freed at once (the pairs of the hot path, which the pool serves again from the
+/// same state) among other operations.
+fn ops_with_pairs() -> impl Strategy<Value = Vec<Op>> {
+    // Half the pairs of the bench's sizes, so that sizes come back to states seen before.
+    let sizes = proptest::sample::select(vec![512u64, 4096, 65536, 1 << 20, 3 << 20, 8 << 20]);
+    let pair = prop_oneof![size(), sizes];
+    let step = prop_oneof![
+        3 => pair.prop_map(|n| vec![Op::Alloc(n), Op::FreeLast]),
+        2 => op().prop_map(|o| vec![o]),
+    ];
+    proptest::collection::vec(step, 1..200).prop_map(|v| v.into_iter().flatten().collect())
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -135,6 +150,10 @@ fn run_with(ops: Vec<Op>, options: PoolOptions, in_order: bool) {
     let mut live: BTreeMap<u64, u64> = BTreeMap::new();
     let mut order: Vec<u64> = Vec::new();
     for op in ops {
+        let op = match op {
+            Op::FreeLast => Op::Free(order.len().saturating_sub(1)),
+            op => op,
+        };
         match op {
             Op::Alloc(n) => {
                 let before = pool.stats();
@@ -184,7 +203,7 @@ fn run_with(ops: Vec<Op>, options: PoolOptions, in_order: bool) {
                     "freed: no block"
                 );
             }
-            Op::Free(_) => {}
+            Op::Free(_) | Op::FreeLast => {}
             Op::Trim(keep) => {
                 pool.trim_to(keep);
                 twin.trim_to(keep);
@@ -258,6 +277,16 @@ proptest! {
     #[test]
     fn in_order(ops in proptest::collection::vec(op(), 1..300)) {
         run(ops, None, true, true);
+    }
+
+    #[test]
+    fn in_order_pairs(ops in ops_with_pairs()) {
+        run(ops, None, true, true);
+    }
+
+    #[test]
+    fn pairs_with_queued_work(ops in ops_with_pairs()) {
+        run(ops, None, true, false);
     }
 
     #[test]
@@ -335,6 +364,7 @@ fn pairs_of_sizes_in_turn_split_and_merge_in_place() {
         for round in 0..4 {
             for size in sizes {
                 let before = pools[0].in_place_updates();
+                let replayed = pools[0].replayed_requests();
                 let a = pools[0].alloc(size).unwrap();
                 assert_eq!(
                     Ok(a),
@@ -356,10 +386,105 @@ fn pairs_of_sizes_in_turn_split_and_merge_in_place() {
                         size
                     );
                 }
+                // Remembered in round 1 (round 0 maps memory); the same state since.
+                if vmm && round > 1 {
+                    assert_eq!(
+                        pools[0].replayed_requests() - replayed,
+                        1,
+                        "{} bytes: served again from the same state without a search",
+                        size
+                    );
+                }
             }
         }
         assert_eq!(pools[1].in_place_updates(), 0);
+        assert_eq!(pools[1].replayed_requests(), 0);
     }
+}
+
+/// A pair whose block was not first in its size class leaves the index in another order than
+/// before it (the merged block is filed first): a request remembered in the state before must
+/// not be replayed there. Two free blocks of one class, B (264 granules) behind D (270): a
+/// request of 252 granules takes the class's first block, D, and is remembered; a pair of 256
+/// granules takes B (the closer fit) and puts it first; 252 granules must now get B.
+#[test]
+fn a_pair_that_reorders_a_class_is_no_undo() {
+    let pools = [true, false].map(|on| {
+        let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+        pool.source().set_in_order(true);
+        pool.set_in_place_updates(on);
+        pool
+    });
+    let both = |f: &dyn Fn(&Pool<CountingSource>) -> u64| {
+        let a = f(&pools[0]);
+        assert_eq!(a, f(&pools[1]), "placement differs from the twin's");
+        pools[0].check_invariants().unwrap();
+        a
+    };
+    let g = |n: u64| n * GRANULE;
+    both(&|p| p.alloc(4096).unwrap());
+    let b = both(&|p| p.alloc(g(264)).unwrap());
+    both(&|p| p.alloc(4096).unwrap());
+    let d = both(&|p| p.alloc(g(270)).unwrap());
+    both(&|p| p.alloc(4096).unwrap());
+    both(&|p| p.free(b).unwrap());
+    both(&|p| p.free(d).unwrap());
+    let replayed = pools[0].replayed_requests();
+    for _ in 0..2 {
+        let a = both(&|p| p.alloc(g(252)).unwrap());
+        assert_eq!(a, d, "the first block of the class");
+        both(&|p| p.free(a).unwrap());
+    }
+    assert_eq!(
+        pools[0].replayed_requests() - replayed,
+        1,
+        "the second replayed"
+    );
+    let replayed = pools[0].replayed_requests();
+    let a = both(&|p| p.alloc(g(256)).unwrap());
+    assert_eq!(a, b, "the closer fit");
+    both(&|p| p.free(a).unwrap());
+    let a = both(&|p| p.alloc(g(252)).unwrap());
+    assert_eq!(a, b, "B is first in its class now");
+    assert_eq!(pools[0].replayed_requests(), replayed);
+}
+
+/// Pairs at a round-sized free block (a fresh virtual segment's), where each split moves the
+/// block down a class and its merge back up: still served again without a search, and where a
+/// pool without the replay puts them.
+#[test]
+fn pairs_at_a_round_free_block_are_replayed() {
+    let pools = [true, false].map(|on| {
+        let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+        pool.source().set_in_order(true);
+        pool.set_in_place_updates(on);
+        pool
+    });
+    for round in 0..4 {
+        for size in [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20] {
+            let replayed = pools[0].replayed_requests();
+            let a = pools[0].alloc(size).unwrap();
+            assert_eq!(Ok(a), pools[1].alloc(size));
+            pools[0].free(a);
+            pools[1].free(a);
+            pools[0].check_invariants().unwrap();
+            assert_eq!(pools[0].stats(), pools[1].stats());
+            if round > 1 {
+                assert_eq!(pools[0].replayed_requests() - replayed, 1, "{} bytes", size);
+            }
+        }
+    }
+    // Another block taken between: the state is new, and so is the search.
+    let kept = pools[0].alloc(4096).unwrap();
+    assert_eq!(Ok(kept), pools[1].alloc(4096));
+    let replayed = pools[0].replayed_requests();
+    let a = pools[0].alloc(65536).unwrap();
+    assert_eq!(Ok(a), pools[1].alloc(65536));
+    assert_eq!(
+        pools[0].replayed_requests(),
+        replayed,
+        "no replay from another state"
+    );
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Blocks: the pieces that tile a segment, handed out, freed, split and merged.
 
+use super::fast::Undo;
 use super::pages::Pages;
 use super::state::{Kind, Segment, State};
 use super::{GRANULE, NIL};
@@ -103,13 +104,26 @@ impl State {
             (b.addr, b.size, b.seg)
         };
         let splits = size - rounded >= GRANULE && (size < oversize || self.pages(seg).is_some());
+        let before = self.index[kind].version;
+        self.index[kind].fast.taken = (before, i);
         let i = if splits {
             // The rest keeps the block's slot, and its place in the index where it can.
+            let head = self.blocks[i as usize].link_prev == NIL;
             let front = self.carve_front(i, rounded);
-            self.index[kind].refile(&mut self.blocks, i);
+            let index = &mut self.index[kind];
+            index.refile(&mut self.blocks, i);
+            // Freeing the front at once merges back the block as it was, first in its class:
+            // the index's state before this take (see `super::fast`).
+            index.fast.undo = (head && index.in_place).then_some(Undo {
+                before,
+                after: index.version,
+                front,
+                rest: i,
+            });
             front
         } else {
             self.index[kind].remove(&mut self.blocks, i);
+            self.index[kind].fast.undo = None;
             i
         };
         let b = &mut self.blocks[i as usize];
@@ -125,7 +139,7 @@ impl State {
     }
 
     /// Cuts the first `offset` bytes off free block `i`, which stays where it is in the index
-    /// (see [`super::index::FreeIndex::stays`]); returns them as a new block, free and in no
+    /// (see [`super::index::FreeIndex::refile`]); returns them as a new block, free and in no
     /// index.
     fn carve_front(&mut self, i: u32, offset: u64) -> u32 {
         let (addr, seg, prev) = {
@@ -173,6 +187,12 @@ impl State {
         };
         let free = |j: u32| j != NIL && self.blocks[j as usize].state == BlockState::Free;
         let (prev_free, next_free) = (free(prev), free(next));
+        let index = &mut self.index[kind];
+        let undo = index
+            .fast
+            .undo
+            .take()
+            .filter(|u| u.after == index.version && u.front == i && u.rest == next);
         if prev_free && next_free {
             self.index[kind].remove(&mut self.blocks, next);
             self.merge_into(i, next);
@@ -188,6 +208,10 @@ impl State {
             // can.
             self.absorb_front(next, i);
             self.index[kind].refile(&mut self.blocks, next);
+            if let Some(undo) = undo {
+                // Nothing changed since the split this free undoes: the state before it again.
+                self.index[kind].version = undo.before;
+            }
             i = next;
         } else {
             self.index[kind].insert(&mut self.blocks, i);

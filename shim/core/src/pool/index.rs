@@ -6,6 +6,7 @@
 //! before the split returns the rest.
 
 use super::block::Block;
+use super::fast::Replay;
 use super::NIL;
 
 const SL_BITS: u32 = 4;
@@ -40,10 +41,18 @@ pub(crate) struct FreeIndex {
     fl_map: u64,
     sl_map: [u16; FL],
     heads: [u32; FL * SL],
-    /// Whether [`FreeIndex::stays`] may say yes (off only to compare placement without it).
+    /// Whether [`FreeIndex::refile`] may leave the lists alone and requests may be replayed
+    /// (`super::fast`): off only to compare placement without them.
     pub(crate) in_place: bool,
-    /// How often it did: splits and merges that left the lists alone.
+    /// How often refile did: splits and merges that left the lists alone.
     pub(crate) in_place_hits: u64,
+    /// A number for the state the lists are in, with the sizes and addresses of the blocks in
+    /// them: fresh at every change (never one used before), or, after a free that exactly
+    /// undid the split before it, the number of the state that restored.
+    pub(crate) version: u64,
+    next_version: u64,
+    /// What the replay of served requests keeps.
+    pub(crate) fast: Replay,
 }
 
 impl FreeIndex {
@@ -54,7 +63,17 @@ impl FreeIndex {
             heads: [NIL; FL * SL],
             in_place: true,
             in_place_hits: 0,
+            version: 0,
+            next_version: 1,
+            fast: Replay::default(),
         }
+    }
+
+    /// The lists (or a listed block) changed: a fresh version.
+    #[inline(always)]
+    fn changed(&mut self) {
+        self.version = self.next_version;
+        self.next_version += 1;
     }
 
     /// Files free block `i` of this index again after its size changed (its address may have
@@ -68,6 +87,7 @@ impl FreeIndex {
         let (old, new) = (b.class as usize, class_of(b.size >> 8));
         if self.in_place && b.link_prev == NIL && new == old {
             self.in_place_hits += 1;
+            self.changed();
             return;
         }
         self.remove_from(blocks, i, old);
@@ -92,6 +112,7 @@ impl FreeIndex {
             blocks[head as usize].link_prev = i;
         }
         self.heads[class] = i;
+        self.changed();
         self.fl_map |= 1 << (class / SL);
         self.sl_map[class / SL] |= 1 << (class % SL);
     }
@@ -105,6 +126,7 @@ impl FreeIndex {
     /// Removes block `i`, filed in `class` (its `class`).
     #[inline]
     fn remove_from(&mut self, blocks: &mut [Block], i: u32, class: usize) {
+        self.changed();
         let (prev, next) = (blocks[i as usize].link_prev, blocks[i as usize].link_next);
         if prev != NIL {
             blocks[prev as usize].link_next = next;

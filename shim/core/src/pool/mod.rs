@@ -25,6 +25,7 @@
 mod alloc;
 mod block;
 mod check;
+mod fast;
 mod index;
 mod pages;
 mod quarantine;
@@ -320,8 +321,9 @@ impl<S: DeviceSource> Pool<S> {
         s
     }
 
-    /// Turns the free index's in-place updates off or on (on by default): for tests that
-    /// compare placement with and without them, which must be the same.
+    /// Turns the free index's in-place updates and the replay of requests (`fast`) off or on
+    /// (on by default): for tests that compare placement with and without them, which must be
+    /// the same.
     #[doc(hidden)]
     pub fn set_in_place_updates(&self, on: bool) {
         let mut st = self.lock();
@@ -330,7 +332,7 @@ impl<S: DeviceSource> Pool<S> {
         }
     }
 
-    /// How many splits and merges left the free index alone (see `index::FreeIndex::stays`).
+    /// How many splits and merges left the free index alone (see `index::FreeIndex::refile`).
     #[doc(hidden)]
     pub fn in_place_updates(&self) -> u64 {
         self.lock()
@@ -338,6 +340,12 @@ impl<S: DeviceSource> Pool<S> {
             .iter()
             .map(|index| index.in_place_hits)
             .sum()
+    }
+
+    /// How many requests were served as remembered (see `fast`).
+    #[doc(hidden)]
+    pub fn replayed_requests(&self) -> u64 {
+        self.lock().index.iter().map(|index| index.fast.hits).sum()
     }
 
     /// Forgets every block and segment without touching the device: after a device reset the
