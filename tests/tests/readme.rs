@@ -22,7 +22,7 @@ fn readme_configuration_table_is_the_config_table() {
     let table = expected_table();
     assert!(
         readme.contains(&table),
-        "README.md's configuration table differs from KEYS in shim/core/src/config.rs; \
+        "README.md's configuration table differs from KEYS in shim/core/src/config/mod.rs; \
          it should read:\n\n{}",
         table
     );
