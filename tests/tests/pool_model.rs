@@ -840,10 +840,22 @@ fn a_device_that_cannot_map_gets_plain_segments() {
     );
 }
 
-/// A counting device whose mapping calls fail with a driver error while `failing` is set.
+/// A counting device whose mapping calls fail with a driver error while `failing` is set, and
+/// run out of memory once `maps_left` calls have been served.
 struct FailingMap {
     inner: CountingSource,
     failing: std::sync::atomic::AtomicBool,
+    maps_left: std::sync::atomic::AtomicU64,
+}
+
+impl FailingMap {
+    fn new() -> FailingMap {
+        FailingMap {
+            inner: CountingSource::new(DEVICE),
+            failing: Default::default(),
+            maps_left: std::sync::atomic::AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 /// Not out of memory: a driver error the pool passes on without retrying.
@@ -880,8 +892,19 @@ impl DeviceSource for FailingMap {
         size: u64,
         chunk: u64,
     ) -> Result<Vec<u64>, rocmguard_core::SourceError> {
-        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.failing.load(Relaxed) {
             return Err(DRIVER_ERROR);
+        }
+        let left = self.maps_left.load(Relaxed);
+        if left == 0 {
+            return Err(rocmguard_core::SourceError {
+                code: rocmguard_core::counting::OUT_OF_MEMORY,
+                out_of_memory: true,
+            });
+        }
+        if left != u64::MAX {
+            self.maps_left.store(left - 1, Relaxed);
         }
         self.inner.map(addr, size, chunk)
     }
@@ -890,19 +913,14 @@ impl DeviceSource for FailingMap {
     }
 }
 
-#[test]
-fn a_failed_map_falls_back_to_plain_segments_and_leaves_the_free_block_whole() {
+/// A pool on a [`FailingMap`] with one virtual segment holding a free block of 120 MiB with two
+/// unmapped holes of 20 MiB, and a live 1 KiB block after it: `(pool, block start, the 1 KiB)`.
+fn free_block_with_holes() -> (Pool<FailingMap>, u64, u64) {
     const MIB: u64 = 1 << 20;
     let mut o = options(None);
     o.cap = 128 * MIB;
     o.trim_threshold = 1.0;
-    let pool = Pool::new(
-        FailingMap {
-            inner: CountingSource::new(DEVICE),
-            failing: Default::default(),
-        },
-        o,
-    );
+    let pool = Pool::new(FailingMap::new(), o);
     // One virtual segment: [a 20][b 40][d 20][e 40][c 1 KiB] and the rest.
     let sizes = [20 * MIB, 40 * MIB, 20 * MIB, 40 * MIB, 1024];
     let blocks: Vec<u64> = sizes.iter().map(|&n| pool.alloc(n).unwrap()).collect();
@@ -916,6 +934,13 @@ fn a_failed_map_falls_back_to_plain_segments_and_leaves_the_free_block_whole() {
     pool.free(e);
     pool.synchronized(pool.quarantine_mark());
     assert_eq!(pool.stats().largest_free, 120 * MIB);
+    (pool, a, c)
+}
+
+#[test]
+fn a_failed_map_falls_back_to_plain_segments_and_leaves_the_free_block_whole() {
+    const MIB: u64 = 1 << 20;
+    let (pool, a, c) = free_block_with_holes();
     // From now on the device maps nothing more (as ROCm 7.2's `hipMemSetAccess` refuses
     // later mappings, rocm-systems#2516), with pieces of the segment still mapped.
     pool.source()
@@ -954,4 +979,67 @@ fn a_failed_map_falls_back_to_plain_segments_and_leaves_the_free_block_whole() {
     pool.check_invariants().unwrap();
     assert_eq!(pool.stats().reserved, 0, "everything went back");
     assert_eq!(pool.source().inner.used(), 0, "the device has it all again");
+}
+
+/// The device runs out of memory after the first of the two holes under a request is mapped:
+/// the request fails with the device's out-of-memory after the retries, the free block is whole,
+/// and no memory is lost; once the device has memory again the same request is served.
+#[test]
+fn out_of_memory_in_the_middle_of_a_map_loses_nothing() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const MIB: u64 = 1 << 20;
+    let (pool, _, c) = free_block_with_holes();
+    pool.source().maps_left.store(1, Relaxed);
+    match pool.alloc(120 * MIB) {
+        Err(AllocError::Source(e)) => assert!(e.out_of_memory, "{:?}", e),
+        other => panic!("the device's out-of-memory, not {:?}", other),
+    }
+    pool.check_invariants().unwrap();
+    assert_eq!(
+        pool.stats().largest_free,
+        120 * MIB,
+        "the free block is whole"
+    );
+    assert_eq!(
+        pool.source().inner.used(),
+        pool.stats().reserved,
+        "what the device holds, the pool counts"
+    );
+    pool.source().maps_left.store(u64::MAX, Relaxed);
+    let f = pool
+        .alloc(120 * MIB)
+        .expect("served once the device has memory");
+    assert!(pool.source().inner.is_backed(f, 120 * MIB));
+    pool.check_invariants().unwrap();
+    pool.free(f);
+    pool.free(c);
+    pool.synchronized(pool.quarantine_mark());
+    pool.trim_to(0);
+    assert_eq!(pool.source().inner.used(), 0, "nothing lost");
+}
+
+/// With pieces of one page, a freed block's own pages go back at a trim while the blocks on
+/// either side stay live and mapped.
+#[test]
+fn a_page_goes_back_while_its_neighbours_stay_live() {
+    const MIB: u64 = 1 << 20;
+    let mut o = options(None);
+    o.piece_size = 2 * MIB;
+    let pool = Pool::new(CountingSource::new(DEVICE), o);
+    let blocks: Vec<u64> = (0..3).map(|_| pool.alloc(4 * MIB).unwrap()).collect();
+    assert_eq!(blocks[1], blocks[0] + 4 * MIB, "side by side");
+    pool.free(blocks[1]);
+    pool.synchronized(pool.quarantine_mark());
+    pool.trim_to(0);
+    pool.check_invariants().unwrap();
+    assert_eq!(
+        pool.stats().reserved,
+        8 * MIB,
+        "the middle block's two pages went back"
+    );
+    assert_eq!(pool.source().used(), 8 * MIB);
+    for &b in &[blocks[0], blocks[2]] {
+        assert!(pool.source().is_backed(b, 4 * MIB), "{:#x} still mapped", b);
+    }
+    assert!(!pool.source().is_backed(blocks[1], 4 * MIB));
 }
