@@ -271,7 +271,7 @@ fn environment_findings() {
     let (status, detail, _) = check(&r, "alloc-conf");
     assert_eq!(status, "fail");
     assert!(
-        detail.contains("max_split_size_mb:16") && detail.contains("more than 20"),
+        detail.contains("max_split_size_mb:16") && detail.contains("at least 20"),
         "{}",
         detail
     );

@@ -80,9 +80,10 @@ fn check_option(key: &str, value: &str, conf: &mut AllocConf) -> Result<(), Stri
     match key {
         "max_split_size_mb" | "max_non_split_rounding_mb" => {
             let mb = int("the size in MiB")?;
-            if mb <= LARGE_BUFFER_MB {
+            // PyTorch 2.11 (AcceleratorAllocatorConfig.cpp): `val >= kLargeBuffer / kMB`.
+            if mb < LARGE_BUFFER_MB {
                 return Err(format!(
-                    "{}:{}: too small, PyTorch requires more than {}",
+                    "{}:{}: too small, PyTorch requires at least {}",
                     key, value, LARGE_BUFFER_MB
                 ));
             }
@@ -173,12 +174,17 @@ mod tests {
         assert_eq!(c.per_process_memory_fraction, Some(0.9));
         assert_eq!(c.unknown, ["future_knob"]);
         assert_eq!(parse("").unwrap(), AllocConf::default());
+        assert!(
+            parse("max_split_size_mb:20").is_ok(),
+            "20 is PyTorch's least"
+        );
     }
 
     #[test]
     fn lines_pytorch_refuses() {
         for (line, says) in [
-            ("max_split_size_mb:16", "more than 20"),
+            ("max_split_size_mb:16", "at least 20"),
+            ("max_non_split_rounding_mb:19", "at least 20"),
             ("max_split_size_mb:64MB", "whole number"),
             ("garbage_collection_threshold:1.0", "below 1"),
             ("garbage_collection_threshold", "no value"),
