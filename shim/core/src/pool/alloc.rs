@@ -71,15 +71,9 @@ impl<S: DeviceSource> Pool<S> {
         if let Some(addr) = self.replayed(&mut st, rounded, size) {
             return (st, Ok(addr));
         }
-        let mark = self.replay_mark(&mut st);
         let kind = st.kind_for(rounded);
         match self.serve(&mut st, kind, rounded, size, false) {
-            Step::Served(addr) => {
-                if let Some(mark) = mark {
-                    self.remember(&mut st, mark, rounded);
-                }
-                (st, Ok(addr))
-            }
+            Step::Served(addr) => (st, Ok(addr)),
             step => self.retry_after(st, size, rounded, kind, step),
         }
     }

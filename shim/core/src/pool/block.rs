@@ -105,10 +105,11 @@ impl State {
         };
         let splits = size - rounded >= GRANULE && (size < oversize || self.pages(seg).is_some());
         let before = self.index[kind].version;
-        self.index[kind].fast.taken = (before, i);
         let i = if splits {
             // The rest keeps the block's slot, and its place in the index where it can.
             let head = self.blocks[i as usize].link_prev == NIL;
+            #[cfg(debug_assertions)]
+            let lists = self.index[kind].lists(&self.blocks);
             let front = self.carve_front(i, rounded);
             let index = &mut self.index[kind];
             index.refile(&mut self.blocks, i);
@@ -118,7 +119,8 @@ impl State {
                 before,
                 after: index.version,
                 front,
-                rest: i,
+                #[cfg(debug_assertions)]
+                lists,
             });
             front
         } else {
@@ -180,19 +182,20 @@ impl State {
     pub(super) fn release_block(&mut self, mut i: u32) -> bool {
         let kind = self.kind(i).slot();
         self.unpin_pages(i);
-        let (prev, next) = {
+        let (size, prev, next) = {
             let b = &mut self.blocks[i as usize];
             b.state = BlockState::Free;
-            (b.prev, b.next)
+            (b.size, b.prev, b.next)
         };
         let free = |j: u32| j != NIL && self.blocks[j as usize].state == BlockState::Free;
         let (prev_free, next_free) = (free(prev), free(next));
         let index = &mut self.index[kind];
+        // With the version unchanged since the take, the block after the front is its rest.
         let undo = index
             .fast
             .undo
             .take()
-            .filter(|u| u.after == index.version && u.front == i && u.rest == next);
+            .filter(|u| u.after == index.version && u.front == i);
         if prev_free && next_free {
             self.index[kind].remove(&mut self.blocks, next);
             self.merge_into(i, next);
@@ -209,8 +212,20 @@ impl State {
             self.absorb_front(next, i);
             self.index[kind].refile(&mut self.blocks, next);
             if let Some(undo) = undo {
-                // Nothing changed since the split this free undoes: the state before it again.
-                self.index[kind].version = undo.before;
+                // Nothing changed since the split this free undoes: the state before it again,
+                // where the request (the front's size) may be served as it was, if taking it
+                // was all its allocation did.
+                let index = &mut self.index[kind];
+                #[cfg(debug_assertions)]
+                assert!(
+                    index.lists(&self.blocks) == undo.lists,
+                    "a free undid a split but the free lists differ from before it"
+                );
+                index.version = undo.before;
+                index.fast.restored = undo.before;
+                if let Some(start) = index.fast.pure(undo.before, &self.stats) {
+                    index.fast.remember(size, start, next);
+                }
             }
             i = next;
         } else {

@@ -5,24 +5,29 @@
 //! a temporary; every pair of the hot-path bench) leaves the pool as it found it: the free
 //! merges back exactly the free block the allocation split. The free index knows when that
 //! happens (the split recorded as undoable, the free undoing it with no change between) and
-//! then gives its state the number it had before the split ([`FreeIndex::version`](super::index::FreeIndex::version)), so the
-//! states a program goes through again are recognised by number. A request that was served
-//! with nothing but a take from the pool's memory (no device call, no other change first) is
-//! remembered with the state's number; the same rounded size at the same number, with the same
-//! device memory mapped and nothing in quarantine, is served by taking the same block, which is
-//! what `Pool::serve` would do: it reads nothing else on that path. Placement
-//! is the same by construction; the pool-model tests compare every step with a pool that does
-//! none of this.
+//! then gives its state the number it had before the split
+//! ([`FreeIndex::version`](super::index::FreeIndex::version)), so the states a program goes
+//! through again are recognised by number. A request that was served with nothing but a take
+//! from the pool's memory (no device call, no other change first) and then undone so is
+//! remembered with the number of the state it was served in; the same rounded size at the same
+//! number, with the same device memory mapped and nothing in quarantine, is served by taking
+//! the same block, which is what `Pool::serve` would do: it reads nothing else on that path.
+//! An allocation that begins in a state no free restored pays one comparison for this; one
+//! that does, a few stores of where it began and a look at one entry.
+//! Placement is the same by construction; the pool-model tests compare every step with a pool
+//! that does none of this.
 //!
 //! Only for virtual segments (where the pool serves every size from one index).
 
 use super::state::{Kind, State};
-use super::{Pool, NIL};
+use super::Pool;
 use crate::source::DeviceSource;
 
 /// Remembered requests, by a hash of their rounded size (32: the bench's six sizes, powers of
 /// two among them, land in six).
 const ENTRIES: usize = 32;
+/// A version no state has: [`Start::version`] of an allocation that may not be remembered.
+const NONE: u64 = u64::MAX;
 
 #[derive(Clone, Copy, Default)]
 struct Entry {
@@ -37,32 +42,83 @@ struct Entry {
     block: u32,
 }
 
-/// A split the next free may undo: version `before` the take, the version `after` it, the
-/// block handed out (`front`) and the rest (`rest`), which headed its class's list before.
+/// The state an allocation began in (the marks of [`Entry`], and the pool hits).
 #[derive(Clone, Copy)]
+pub(crate) struct Start {
+    pub version: u64,
+    pub hits: u64,
+    pub allocs: u64,
+    pub reserved: u64,
+}
+
+/// A split the next free may undo: version `before` the take, the version `after` it and the
+/// block handed out (`front`); the rest, after it, headed its class's list before.
+#[derive(Clone)]
 pub(crate) struct Undo {
     pub before: u64,
     pub after: u64,
     pub front: u32,
-    pub rest: u32,
+    /// The lists as they were before the take, which the undo must give back exactly: checked
+    /// where debug assertions are on (the pool-model tests).
+    #[cfg(debug_assertions)]
+    pub lists: Vec<(usize, u32, u64, u64)>,
 }
 
-#[derive(Default)]
 pub(crate) struct Replay {
     entries: [Entry; ENTRIES],
     pub(crate) undo: Option<Undo>,
-    /// The version at the last take and the block it took.
-    pub(crate) taken: (u64, u32),
+    /// The version the last undo set back: a state that may come again. An allocation that
+    /// begins elsewhere pays one comparison here and no more.
+    pub(crate) restored: u64,
+    /// Where the allocation under way began; `version` [`NONE`] where it may not be
+    /// remembered (plain segments, blocks in quarantine, replay off).
+    pub(crate) start: Start,
     /// Requests replayed.
     pub(crate) hits: u64,
 }
 
-/// What [`Pool::replay_mark`] notes before a request is served.
-pub(super) struct Mark {
-    version: u64,
-    hits: u64,
-    allocs: u64,
-    reserved: u64,
+impl Default for Replay {
+    fn default() -> Replay {
+        Replay {
+            entries: [Entry::default(); ENTRIES],
+            undo: None,
+            restored: NONE,
+            start: Start {
+                version: NONE,
+                hits: 0,
+                allocs: 0,
+                reserved: 0,
+            },
+            hits: 0,
+        }
+    }
+}
+
+impl Replay {
+    /// Whether the allocation under way (or the last) did nothing but a take at `version`: the
+    /// index as it began, one pool hit, no device memory mapped or given back, with the
+    /// pool's stats `s` now.
+    #[inline(always)]
+    pub(crate) fn pure(&self, version: u64, s: &crate::stats::Stats) -> Option<Start> {
+        let start = self.start;
+        (version == start.version
+            && s.pool_hits == start.hits + 1
+            && s.source_allocs == start.allocs
+            && s.reserved == start.reserved)
+            .then_some(start)
+    }
+
+    /// Remembers `rounded` bytes served from `block` in the state `start` names.
+    #[inline(always)]
+    pub(crate) fn remember(&mut self, rounded: u64, start: Start, block: u32) {
+        self.entries[entry_for(rounded)] = Entry {
+            version: start.version,
+            rounded,
+            allocs: start.allocs,
+            reserved: start.reserved,
+            block,
+        };
+    }
 }
 
 #[inline(always)]
@@ -72,64 +128,32 @@ fn entry_for(rounded: u64) -> usize {
 
 impl<S: DeviceSource> Pool<S> {
     /// Serves `rounded` bytes (of `size` asked) as remembered, if the pool is in the state it
-    /// was in then.
+    /// was in then; notes the state the allocation begins in either way.
     #[inline(always)]
     pub(super) fn replayed(&self, st: &mut State, rounded: u64, size: u64) -> Option<u64> {
-        if !st.virtual_memory || st.stats.quarantined != 0 {
-            return None;
-        }
-        let index = &st.index[Kind::Large.slot()];
-        let e = index.fast.entries[entry_for(rounded)];
-        if !index.in_place
-            || e.version != index.version
-            || e.rounded != rounded
-            || e.allocs != st.stats.source_allocs
-            || e.reserved != st.stats.reserved
-        {
-            return None;
-        }
-        st.index[Kind::Large.slot()].fast.hits += 1;
-        st.stats.pool_hits += 1;
-        Some(st.take(e.block, rounded, size, self.options.oversize()))
-    }
-
-    /// What to compare after serving, where a request could be remembered.
-    #[inline(always)]
-    pub(super) fn replay_mark(&self, st: &mut State) -> Option<Mark> {
-        let index = &mut st.index[Kind::Large.slot()];
-        index.fast.taken.1 = NIL;
-        if !(st.virtual_memory && st.stats.quarantined == 0 && index.in_place) {
-            return None;
-        }
-        Some(Mark {
-            version: index.version,
-            hits: st.stats.pool_hits,
-            allocs: st.stats.source_allocs,
-            reserved: st.stats.reserved,
-        })
-    }
-
-    /// Remembers a request served since `mark` if all that happened was a take from the
-    /// pool's memory (one pool hit, no device memory mapped or given back, no change to the
-    /// index before the take).
-    #[inline(always)]
-    pub(super) fn remember(&self, st: &mut State, mark: Mark, rounded: u64) {
+        let eligible = st.virtual_memory && st.stats.quarantined == 0;
         let s = &st.stats;
         let index = &mut st.index[Kind::Large.slot()];
-        let (version, block) = index.fast.taken;
-        if s.pool_hits == mark.hits + 1
-            && s.source_allocs == mark.allocs
-            && s.reserved == mark.reserved
-            && version == mark.version
-            && block != NIL
-        {
-            index.fast.entries[entry_for(rounded)] = Entry {
-                version,
-                rounded,
-                allocs: mark.allocs,
-                reserved: mark.reserved,
-                block,
-            };
+        if index.version != index.fast.restored || !(eligible && index.in_place) {
+            index.fast.start.version = NONE;
+            return None;
         }
+        index.fast.start = Start {
+            version: index.version,
+            hits: s.pool_hits,
+            allocs: s.source_allocs,
+            reserved: s.reserved,
+        };
+        let e = index.fast.entries[entry_for(rounded)];
+        if e.version != index.version
+            || e.rounded != rounded
+            || e.allocs != s.source_allocs
+            || e.reserved != s.reserved
+        {
+            return None;
+        }
+        index.fast.hits += 1;
+        st.stats.pool_hits += 1;
+        Some(st.take(e.block, rounded, size, self.options.oversize()))
     }
 }

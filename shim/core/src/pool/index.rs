@@ -101,7 +101,7 @@ impl FreeIndex {
     }
 
     /// Puts block `i` first in `class`, its size's.
-    #[inline]
+    #[inline(always)]
     fn insert_at(&mut self, blocks: &mut [Block], i: u32, class: usize) {
         let head = self.heads[class];
         let b = &mut blocks[i as usize];
@@ -124,7 +124,7 @@ impl FreeIndex {
     }
 
     /// Removes block `i`, filed in `class` (its `class`).
-    #[inline]
+    #[inline(always)]
     fn remove_from(&mut self, blocks: &mut [Block], i: u32, class: usize) {
         self.changed();
         let (prev, next) = (blocks[i as usize].link_prev, blocks[i as usize].link_next);
@@ -201,6 +201,22 @@ impl FreeIndex {
         }
         let fl = fl_above.trailing_zeros() as usize;
         Some(fl * SL + (self.sl_map[fl] as u32).trailing_zeros() as usize)
+    }
+
+    /// Every list, in order: `(class, block, address, size)` of each block. For the debug check
+    /// that an undo gives back the lists it took (`super::fast`).
+    #[cfg(debug_assertions)]
+    pub(crate) fn lists(&self, blocks: &[Block]) -> Vec<(usize, u32, u64, u64)> {
+        let mut out = Vec::new();
+        for (class, &head) in self.heads.iter().enumerate() {
+            let mut i = head;
+            while i != NIL {
+                let b = &blocks[i as usize];
+                out.push((class, i, b.addr, b.size));
+                i = b.link_next;
+            }
+        }
+        out
     }
 
     /// Every block in the index, after checking the lists: each block in the class of its
