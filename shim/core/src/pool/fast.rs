@@ -19,6 +19,7 @@
 //!
 //! Only for virtual segments (where the pool serves every size from one index).
 
+use super::block::BlockState;
 use super::state::{Kind, State};
 use super::Pool;
 use crate::source::DeviceSource;
@@ -150,6 +151,12 @@ impl<S: DeviceSource> Pool<S> {
             || e.allocs != s.source_allocs
             || e.reserved != s.reserved
         {
+            return None;
+        }
+        // The version says the block is free and holds the request; a block handed out twice
+        // would be wrong data in the program, so that is checked too, for two loads.
+        let b = &st.blocks[e.block as usize];
+        if b.state != BlockState::Free || b.size < rounded {
             return None;
         }
         index.fast.hits += 1;
