@@ -10,6 +10,13 @@ const EMPTY: u64 = u64::MAX;
 /// Slots of a new map (a power of two).
 const INITIAL: usize = 16;
 
+/// The top `bits` bits of `key`'s Fibonacci hash (the product with 2^64 / phi), which every bit
+/// of the key reaches: addresses and sizes differ in their middle bits. `bits` is 1 to 63.
+#[inline(always)]
+pub(crate) fn top_bits(key: u64, bits: u32) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize
+}
+
 pub struct AddrMap<V> {
     /// `(key, value)`, `EMPTY` keys in free slots; a power of two long, at most half full. Every
     /// entry lies at or after its home slot ([`AddrMap::home`]) with no free slot in between
@@ -35,11 +42,10 @@ impl<V: Copy + Default> Default for AddrMap<V> {
 }
 
 impl<V: Copy + Default> AddrMap<V> {
-    /// The slot where `key`'s probe starts (Fibonacci hashing: the product's top bits, which
-    /// every bit of the key reaches; addresses differ in their middle bits).
+    /// The slot where `key`'s probe starts.
     #[inline]
     fn home(&self, key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+        top_bits(key, 64 - self.shift)
     }
 
     #[inline]

@@ -34,6 +34,18 @@ fn medium_segment(rounded: u64) -> u64 {
     best.1
 }
 
+/// Whether the cap refuses `rounded` more bytes (or the size is past any device), counted as
+/// an out-of-memory: the device is not asked.
+#[inline(always)]
+fn refused_by_cap(st: &mut State, rounded: u64) -> bool {
+    let refused =
+        st.live_total() + rounded > st.stats.cap || rounded == u64::MAX / GRANULE * GRANULE;
+    if refused {
+        st.stats.ooms += 1;
+    }
+    refused
+}
+
 fn is_retryable(e: AllocError) -> bool {
     match e {
         AllocError::OverCap => true,
@@ -64,8 +76,7 @@ impl<S: DeviceSource> Pool<S> {
         if !st.warmed {
             self.first_use(&mut st);
         }
-        if st.live_total() + rounded > st.stats.cap || rounded == u64::MAX / GRANULE * GRANULE {
-            st.stats.ooms += 1;
+        if refused_by_cap(&mut st, rounded) {
             return (st, Err(AllocError::OverCap));
         }
         if let Some(addr) = self.replayed(&mut st, rounded, size) {
@@ -105,10 +116,7 @@ impl<S: DeviceSource> Pool<S> {
             let (kind, step) = match first.take() {
                 Some(first) => first,
                 None => {
-                    if st.live_total() + rounded > st.stats.cap
-                        || rounded == u64::MAX / GRANULE * GRANULE
-                    {
-                        st.stats.ooms += 1;
+                    if refused_by_cap(&mut st, rounded) {
                         return (st, Err(AllocError::OverCap));
                     }
                     let kind = st.kind_for(rounded);
@@ -175,7 +183,7 @@ impl<S: DeviceSource> Pool<S> {
             st.stats.pool_hits += 1;
             return Step::Served(self.take(st, block, rounded, size));
         }
-        let found = st.find(kind, rounded, oversize, fit, st.new_memory());
+        let found = st.find(kind, rounded, oversize, fit, st.backing_allowed());
         let error = match found {
             // Mapping memory costs device calls and memory: blocks in quarantine may do instead.
             Some(block) if !synced && st.stats.quarantined > 0 && !st.is_backed(block, rounded) => {
@@ -240,7 +248,13 @@ impl<S: DeviceSource> Pool<S> {
     /// A small request served from free room in a large segment, if one has it.
     fn small_in_large(&self, st: &mut State, rounded: u64, size: u64) -> Option<u64> {
         let oversize = self.options.oversize();
-        let block = st.find(Kind::Large, rounded, oversize, Fit::Any, st.new_memory())?;
+        let block = st.find(
+            Kind::Large,
+            rounded,
+            oversize,
+            Fit::Any,
+            st.backing_allowed(),
+        )?;
         let at = st.blocks[block as usize].addr;
         let called = self.back(st, block, at, rounded, true).ok()?;
         st.stats.pool_hits += u64::from(!called);

@@ -24,8 +24,8 @@ use super::state::{Kind, State};
 use super::Pool;
 use crate::source::DeviceSource;
 
-/// Remembered requests, by a hash of their rounded size (32: the bench's six sizes, powers of
-/// two among them, land in six).
+/// Remembered requests, by a hash of their rounded size (a power of two; 32: the bench's six
+/// sizes, powers of two among them, land in six).
 const ENTRIES: usize = 32;
 /// A version no state has: [`Start::version`] of an allocation that may not be remembered.
 const NONE: u64 = u64::MAX;
@@ -124,7 +124,7 @@ impl Replay {
 
 #[inline(always)]
 fn entry_for(rounded: u64) -> usize {
-    ((rounded >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize % ENTRIES
+    crate::hash::top_bits(rounded >> 8, ENTRIES.trailing_zeros())
 }
 
 impl<S: DeviceSource> Pool<S> {

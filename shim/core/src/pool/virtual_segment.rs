@@ -12,11 +12,11 @@ use super::{
 use crate::source::DeviceSource;
 
 /// How much one piece mapped for a `rounded`-byte request should hold (at most `piece_size`,
-/// [`super::PoolOptions::piece_size`]): a [`PIECE_SHARE`] of what the pool holds mapped, so a pool growing to a
-/// peak maps it in a number of pieces that grows with the logarithm of the peak, not the peak,
-/// while the unused end of the last piece costs at most that share of it; and for a medium
-/// request at least [`MEDIUM_REQUEST`], so the next few medium requests land in the same piece
-/// (PyTorch's cache gives them 20 MiB segments).
+/// [`super::PoolOptions::piece_size`]): a [`PIECE_SHARE`] of what the pool holds mapped, so a
+/// pool growing to a peak maps it in a number of pieces that grows with the logarithm of the
+/// peak, not the peak, while the unused end of the last piece costs at most that share of it;
+/// and for a medium request at least [`MEDIUM_REQUEST`], so the next few medium requests land
+/// in the same piece (PyTorch's cache gives them 20 MiB segments).
 pub(super) fn piece_target(reserved: u64, rounded: u64, piece_size: u64) -> u64 {
     let share = round_up(reserved / PIECE_SHARE, SEGMENT);
     let medium = if rounded > SMALL_REQUEST && rounded <= MEDIUM_REQUEST {
@@ -37,7 +37,7 @@ impl State {
 
     /// Which free blocks may serve: any while virtual memory is on; once it was given up with
     /// pieces still mapped, only what is mapped already (the device refused to map more).
-    pub(super) fn new_memory(&self) -> Backing {
+    pub(super) fn backing_allowed(&self) -> Backing {
         if self.virtual_memory {
             Backing::Any
         } else {
