@@ -73,6 +73,17 @@ fn options_with(max_split: Option<u64>, vmm: bool) -> PoolOptions {
     o
 }
 
+/// A pool with the free index's in-place updates and the replay on, and its twin with them
+/// off, both with all work in one order: placement must be the same in both.
+fn twin_pools(vmm: bool) -> [Pool<CountingSource>; 2] {
+    [true, false].map(|on| {
+        let pool = Pool::new(CountingSource::new(DEVICE), options_with(None, vmm));
+        pool.source().set_in_order(true);
+        pool.set_in_place_updates(on);
+        pool
+    })
+}
+
 /// Checks every invariant of the pool against the model of live blocks.
 fn check(pool: &Pool<CountingSource>, live: &BTreeMap<u64, u64>) {
     if let Err(e) = pool.check_invariants() {
@@ -352,12 +363,7 @@ fn a_long_lived_block_pins_at_most_one_piece() {
 #[test]
 fn pairs_of_sizes_in_turn_split_and_merge_in_place() {
     for vmm in [true, false] {
-        let pools = [true, false].map(|on| {
-            let pool = Pool::new(CountingSource::new(DEVICE), options_with(None, vmm));
-            pool.source().set_in_order(true);
-            pool.set_in_place_updates(on);
-            pool
-        });
+        let pools = twin_pools(vmm);
         let kept = pools[0].alloc(5 << 20).unwrap();
         assert_eq!(Ok(kept), pools[1].alloc(5 << 20));
         let sizes = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
@@ -409,12 +415,7 @@ fn pairs_of_sizes_in_turn_split_and_merge_in_place() {
 /// granules takes B (the closer fit) and puts it first; 252 granules must now get B.
 #[test]
 fn a_pair_that_reorders_a_class_is_no_undo() {
-    let pools = [true, false].map(|on| {
-        let pool = Pool::new(CountingSource::new(DEVICE), options(None));
-        pool.source().set_in_order(true);
-        pool.set_in_place_updates(on);
-        pool
-    });
+    let pools = twin_pools(true);
     let both = |f: &dyn Fn(&Pool<CountingSource>) -> u64| {
         let a = f(&pools[0]);
         assert_eq!(a, f(&pools[1]), "placement differs from the twin's");
@@ -456,12 +457,7 @@ fn a_pair_that_reorders_a_class_is_no_undo() {
 /// pool without the replay puts them.
 #[test]
 fn pairs_at_a_round_free_block_are_replayed() {
-    let pools = [true, false].map(|on| {
-        let pool = Pool::new(CountingSource::new(DEVICE), options(None));
-        pool.source().set_in_order(true);
-        pool.set_in_place_updates(on);
-        pool
-    });
+    let pools = twin_pools(true);
     for round in 0..4 {
         for size in [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20] {
             let replayed = pools[0].replayed_requests();
