@@ -98,8 +98,15 @@ fn tune_takes_under_a_minute_per_trace() {
             trace.display(),
             took
         );
-        // Every setting was tried: 5 max_split x 3 divisions x 2 expandable, and the pool.
-        assert_eq!(report["settings"].as_array().unwrap().len(), 31);
+        // Every setting was tried: 5 max_split x 3 divisions x 2 expandable, and the pool at
+        // four piece sizes; without a capacity the pool is named with its default pieces.
+        assert_eq!(report["settings"].as_array().unwrap().len(), 34);
+        assert_eq!(
+            report["pool_piece_size"],
+            Value::Null,
+            "{}",
+            trace.display()
+        );
     }
 }
 
@@ -115,7 +122,7 @@ fn tune_at_a_capacity_picks_a_setting_that_completes() {
         trace.to_str().unwrap(),
     ]));
     let settings = report["settings"].as_array().unwrap();
-    assert_eq!(settings.len(), 91, "with garbage collection thresholds");
+    assert_eq!(settings.len(), 94, "with garbage collection thresholds");
     assert_eq!(settings[0]["completes"], true, "{}", settings[0]);
     let default = settings.iter().find(|s| s["conf"] == "").unwrap();
     assert_eq!(default["completes"], false, "{}", default);
@@ -126,6 +133,75 @@ fn tune_at_a_capacity_picks_a_setting_that_completes() {
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("(OOM)"),
         "{}",
+        text(&out)
+    );
+}
+
+/// Whether `policy` completes `trace` on a device of `capacity`, as `replay` reports it.
+fn replay_completes(trace: &Path, policy: &str, capacity: &str) -> bool {
+    let out = output(
+        Command::new(cli())
+            .args([
+                "replay",
+                "--json",
+                "--capacity",
+                capacity,
+                "--policy",
+                policy,
+            ])
+            .arg(trace),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["traces"][0]["policies"][0]["ooms"].as_u64().unwrap() == 0
+}
+
+/// At a capacity where no PyTorch setting and not the pool's default pieces complete lora, tune
+/// names the pool with the coarsest pieces that do, as a command line; replay agrees that those
+/// complete and that the next coarser ones do not.
+#[test]
+fn tune_at_a_tight_capacity_names_the_pieces_that_fit() {
+    let trace = traces().join("lora.csv.gz");
+    let (path, capacity) = (trace.to_str().unwrap(), "1590MiB");
+    let report = json(&tune(&["--json", "--capacity", capacity, path]));
+    let settings = report["settings"].as_array().unwrap();
+    assert!(
+        settings
+            .iter()
+            .filter(|s| s["conf"].is_string())
+            .all(|s| s["completes"] == false),
+        "some PyTorch setting completes at {}",
+        capacity
+    );
+    assert_eq!(report["pool_wins"], true);
+    let piece = report["pool_piece_size"]
+        .as_u64()
+        .expect("finer pieces named");
+    assert!(replay_completes(
+        &trace,
+        &format!("rocmguard:piece_size={}", piece),
+        capacity
+    ));
+    let coarser = settings
+        .iter()
+        .filter_map(|s| s["piece_size"].as_u64())
+        .filter(|&p| p > piece)
+        .min()
+        .unwrap_or(128 << 20);
+    assert!(!replay_completes(
+        &trace,
+        &format!("rocmguard:piece_size={}", coarser),
+        capacity
+    ));
+    let out = tune(&["--capacity", capacity, path]);
+    let want = format!(
+        "PYTORCH_NO_HIP_MEMORY_CACHING=1 rocmguard run --piece-size {}MiB -- ",
+        piece >> 20
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&want),
+        "no `{}` in\n{}",
+        want,
         text(&out)
     );
 }

@@ -22,20 +22,42 @@ const GC_THRESHOLDS: [Option<f64>; 3] = [None, Some(0.6), Some(0.8)];
 /// fraction below 1 (`allowed_memory_maximum`), so the threshold alone does nothing.
 pub const GC_FRACTION: f64 = 0.99;
 
+/// The pool's piece sizes tried, coarsest (fewest driver calls) first; `None` is the default.
+/// Finer pieces need less memory and cost driver calls in every step whose shapes change, so
+/// they are picked only where a capacity asks for them.
+const PIECE_SIZES: [Option<u64>; 4] = [None, Some(32 << 20), Some(8 << 20), Some(2 << 20)];
+
+/// A piece size as `rocmguard run --piece-size` takes it, one word.
+fn mib(bytes: u64) -> String {
+    format!("{}MiB", bytes >> 20)
+}
+
 /// One setting tried.
 #[derive(Clone, Debug)]
 pub struct Candidate {
     /// The `PYTORCH_HIP_ALLOC_CONF` value; empty for PyTorch's defaults. `None` for the pool.
     pub conf: Option<String>,
+    /// For the pool: its `piece_size`, `None` for the default.
+    pub piece_size: Option<u64>,
     pub policy: Policy,
 }
 
 impl Candidate {
     pub fn label(&self) -> String {
-        match &self.conf {
-            None => "rocmguard's pool (PyTorch's cache off)".to_string(),
-            Some(c) if c.is_empty() => "(unset: PyTorch's defaults)".to_string(),
-            Some(c) => c.clone(),
+        match (&self.conf, self.piece_size) {
+            (None, None) => "rocmguard's pool (PyTorch's cache off)".to_string(),
+            (None, Some(p)) => format!("rocmguard's pool, --piece-size {}", mib(p)),
+            (Some(c), _) if c.is_empty() => "(unset: PyTorch's defaults)".to_string(),
+            (Some(c), _) => c.clone(),
+        }
+    }
+
+    /// The options to give `rocmguard run` for it, if it is the pool: "" for the default.
+    pub fn run_options(&self) -> Option<String> {
+        match (&self.conf, self.piece_size) {
+            (None, None) => Some(String::new()),
+            (None, Some(p)) => Some(format!(" --piece-size {}", mib(p))),
+            (Some(_), _) => None,
         }
     }
 
@@ -78,16 +100,24 @@ pub fn candidates(with_capacity: bool) -> Vec<Candidate> {
                         Policy::parse(&format!("pytorch:{}", conf)).expect("tune's settings parse");
                     out.push(Candidate {
                         conf: Some(conf),
+                        piece_size: None,
                         policy,
                     });
                 }
             }
         }
     }
-    out.push(Candidate {
-        conf: None,
-        policy: Policy::parse("rocmguard").expect("parses"),
-    });
+    for piece_size in PIECE_SIZES {
+        let policy = match piece_size {
+            None => "rocmguard".to_string(),
+            Some(p) => format!("rocmguard:piece_size={}", p),
+        };
+        out.push(Candidate {
+            conf: None,
+            piece_size,
+            policy: Policy::parse(&policy).expect("the pool's settings parse"),
+        });
+    }
     out
 }
 
