@@ -262,7 +262,7 @@ impl Vmm {
         let used = self.probe_range(addr, size, free);
         let freed = self.unreserve(addr, size).map_err(|c| ("address free", c));
         let after = free();
-        let (mapped, released) = used?;
+        let [mapped, released] = used?;
         freed?;
         match came_back_with_range(size, [before, mapped, released, after]) {
             true => Err(("release (memory came back only with its address range)", -2)),
@@ -276,7 +276,7 @@ impl Vmm {
         addr: u64,
         size: u64,
         free: &dyn Fn() -> Option<u64>,
-    ) -> Result<(Option<u64>, Option<u64>), (&'static str, i32)> {
+    ) -> Result<[Option<u64>; 2], (&'static str, i32)> {
         let handles = self
             .map(addr, size, size, 0)
             .map_err(|c| ("create, map or set access", c))?;
@@ -295,7 +295,7 @@ impl Vmm {
             .into_iter()
             .try_for_each(|h| self.unmap(addr, size, h))
             .map_err(|c| ("unmap or release", c));
-        copied.and(unmapped).map(|()| (mapped, free()))
+        copied.and(unmapped).map(|()| [mapped, free()])
     }
 
     /// Unmaps what [`Vmm::map`] mapped and gives its memory back.
