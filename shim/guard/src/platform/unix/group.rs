@@ -86,15 +86,30 @@ fn join(name: &str) -> Result<Member, String> {
     };
     let lock = open(&dir.join("lock"))?;
     private_file(&lock, uid).map_err(|e| format!("{}: {}", dir.join("lock").display(), e))?;
+    // Our file is made, locked and first written under the group's lock: a member counting
+    // the others in between would find it empty (and refuse it) or unlocked (and remove it as
+    // a dead member's).
+    let locked = flock(&lock, libc::LOCK_EX);
     let mine_path = dir.join(pid.to_string());
-    let mine = open(&mine_path)?;
-    private_file(&mine, uid).map_err(|e| format!("{}: {}", mine_path.display(), e))?;
-    if !flock(&mine, libc::LOCK_EX | libc::LOCK_NB) {
-        return Err(format!(
-            "{} is locked by another process",
-            mine_path.display()
-        ));
-    }
+    let mine = open(&mine_path).and_then(|mine| {
+        private_file(&mine, uid).map_err(|e| format!("{}: {}", mine_path.display(), e))?;
+        match flock(&mine, libc::LOCK_EX | libc::LOCK_NB) {
+            true => Ok(mine),
+            false => Err(format!(
+                "{} is locked by another process",
+                mine_path.display()
+            )),
+        }
+    });
+    let mine = match mine {
+        Ok(mine) => mine,
+        Err(e) => {
+            if locked {
+                flock(&lock, libc::LOCK_UN);
+            }
+            return Err(e);
+        }
+    };
     let member = Member {
         pid,
         dir,
@@ -103,7 +118,9 @@ fn join(name: &str) -> Result<Member, String> {
         held: Mutex::new(vec![0; MAX_DEVICES]),
     };
     member.write_mine(&[]);
-    flock(&member.lock, libc::LOCK_UN);
+    if locked {
+        flock(&member.lock, libc::LOCK_UN);
+    }
     Ok(member)
 }
 
