@@ -148,8 +148,10 @@ def report_memory(done, halves, figures, out):
         torch_r = fig.get("default", {}).get("ratio")
         exp_r = fig.get("expandable_segments", {}).get("ratio")
         ratio = row["peak_reserved_per_live"] if row else None
+        # A figure of plain segments is not one of the default pool: say so beside it.
+        plain = "first-use check" in text
         out["memory"][trace] = dict(half=half, rocmguard=ratio, row=row, pytorch_default=torch_r,
-                                    pytorch_expandable=exp_r, exit=rc, wall_s=wall)
+                                    pytorch_expandable=exp_r, plain_segments=plain, exit=rc, wall_s=wall)
         if ratio is None:
             ok = False
             print(f"CORPUS {trace:<16} {half:<6} {'none':>9}  (exit {rc}: {shim_output.tail(text, 2)})")
@@ -159,7 +161,7 @@ def report_memory(done, halves, figures, out):
         cells = [f"{v:.3f}" if v else "-" for v in (torch_r, exp_r)]
         print(f"CORPUS {trace:<16} {half:<6} {ratio:>9.3f} {cells[0]:>7} {cells[1]:>7}  "
               f"{shim_output.fmt_bytes(row['peak_reserved'])} / {shim_output.fmt_bytes(row['peak_live'])}"
-              + ("  OVER" if ratio > TARGET else ""))
+              + ("  OVER" if ratio > TARGET else "") + ("  PLAIN (virtual memory failed its first-use check)" if plain else ""))
     for half, rs in sorted(by_half.items()):
         over = sum(r > TARGET for r in rs)
         print(f"HALF {half:<6} workloads {len(rs)} median {statistics.median(rs):.3f} max {max(rs):.3f} over-{TARGET} {over}")

@@ -309,6 +309,16 @@ impl View<'_> {
                 },
                 pool.candidate.run_options().unwrap_or_default()
             ));
+            if pool.candidate.piece_size.is_some() {
+                let ms = |s: &Scored| s.runs.iter().map(|r| r.driver_ms).sum::<f64>();
+                out.push_str(&format!(
+                    "  (finer pieces than the default cost driver calls in every step whose shapes \
+                     change: {:.0} ms modelled over the traces against {:.0} ms with the default \
+                     pieces; expect slower steps)\n",
+                    ms(pool),
+                    ms(&pools[0])
+                ));
+            }
         }
         out
     }
