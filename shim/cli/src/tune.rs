@@ -223,7 +223,6 @@ impl View<'_> {
             width = width
         ));
         let row = |rank: String, s: &Scored| {
-            let ms: f64 = s.runs.iter().map(|r| r.driver_ms).sum();
             let oom = if s.completes() { "" } else { "  (OOM)" };
             format!(
                 "  {:<4} {:<width$}  {:>9.3} {:>13.3} {:>12} {:>10.1}{}\n",
@@ -232,7 +231,7 @@ impl View<'_> {
                 s.mean_ratio(),
                 s.mean_min_capacity(),
                 s.driver_calls(),
-                ms,
+                s.driver_ms(),
                 oom,
                 width = width
             )
@@ -307,16 +306,15 @@ impl View<'_> {
                         capacity
                     )
                 },
-                pool.candidate.run_options().unwrap_or_default()
+                pool.candidate.run_options()
             ));
             if pool.candidate.piece_size.is_some() {
-                let ms = |s: &Scored| s.runs.iter().map(|r| r.driver_ms).sum::<f64>();
                 out.push_str(&format!(
                     "  (finer pieces than the default cost driver calls in every step whose shapes \
                      change: {:.0} ms modelled over the traces against {:.0} ms with the default \
                      pieces; expect slower steps)\n",
-                    ms(pool),
-                    ms(&pools[0])
+                    pool.driver_ms(),
+                    pools[0].driver_ms()
                 ));
             }
         }

@@ -52,13 +52,10 @@ impl Candidate {
         }
     }
 
-    /// The options to give `rocmguard run` for it, if it is the pool: "" for the default.
-    pub fn run_options(&self) -> Option<String> {
-        match (&self.conf, self.piece_size) {
-            (None, None) => Some(String::new()),
-            (None, Some(p)) => Some(format!(" --piece-size {}", mib(p))),
-            (Some(_), _) => None,
-        }
+    /// For the pool, the options to give `rocmguard run`: "" for the default pieces.
+    pub fn run_options(&self) -> String {
+        self.piece_size
+            .map_or(String::new(), |p| format!(" --piece-size {}", mib(p)))
     }
 
     /// How many keys it sets: of equal figures, the shorter line wins.
@@ -166,6 +163,11 @@ impl Scored {
 
     pub fn driver_calls(&self) -> u64 {
         self.runs.iter().map(|r| r.driver_calls).sum()
+    }
+
+    /// Modelled driver time over all traces.
+    pub fn driver_ms(&self) -> f64 {
+        self.runs.iter().map(|r| r.driver_ms).sum()
     }
 
     /// Issue 23's order: completing at the capacity, then peak reserved, then the smallest
