@@ -5,6 +5,7 @@
 
 pub mod cost;
 pub mod load;
+pub mod peak;
 pub mod plot;
 pub mod policy;
 pub mod progress;
@@ -65,6 +66,11 @@ pub struct Args {
     /// Plot live and reserved bytes over time per trace and policy (.svg or .html).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// For each rocmguard and pytorch policy, where its reserved memory lies at its peak: the
+    /// units of device memory (segments, pieces) with the most bytes no live block uses, and
+    /// the blocks that keep them.
+    #[arg(long)]
+    pub peak_layout: bool,
 }
 
 /// The results, as `--json` prints them.
@@ -111,6 +117,9 @@ pub struct PolicyReport {
     /// Allocations and frees per second of one replay at the given capacity (the capacity
     /// search is not counted), the figure the replay_speed bench reports.
     pub events_per_sec: f64,
+    /// With `--peak-layout`: where the reserved memory lies at the peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_layout: Option<peak::PeakLayout>,
 }
 
 pub fn exec(args: Args) -> anyhow::Result<u8> {
@@ -133,7 +142,11 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
         progress.message(&format!("reading {}", path.display()));
         traces.extend(load::load_path(path)?);
     }
-    let (report, panels) = run(&traces, &policies, capacity, args.plot.is_some(), &progress);
+    let look = Look {
+        plot: args.plot.is_some(),
+        peak_layout: args.peak_layout,
+    };
+    let (report, panels) = run(&traces, &policies, capacity, look, &progress);
     drop(progress);
     if let Some(path) = &args.plot {
         write_plot(path, &panels)?;
@@ -184,15 +197,24 @@ pub fn parse_capacity(text: &str) -> anyhow::Result<u64> {
     }
 }
 
-/// Replays every trace through every policy that applies to it (with `plot`, sampling each
-/// replay for the plot's panels).
+/// What a run looks at beside the figures.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Look {
+    /// Sample each replay for the plot's panels.
+    pub plot: bool,
+    /// Find where each pool's memory lies at its peak (`--peak-layout`).
+    pub peak_layout: bool,
+}
+
+/// Replays every trace through every policy that applies to it.
 pub fn run(
     traces: &[Trace],
     policies: &[Policy],
     capacity: u64,
-    plot: bool,
+    look: Look,
     progress: &Progress,
 ) -> (Report, Vec<plot::Panel>) {
+    let plot = look.plot;
     let pairs = traces
         .iter()
         .map(|t| policies.iter().filter(|p| applies(p, t)).count() as u64)
@@ -227,6 +249,10 @@ pub fn run(
                 driver_ms: outcome.driver_us / 1e3,
                 min_capacity: search.capacity,
                 events_per_sec: outcome.events as f64 / seconds.as_secs_f64(),
+                peak_layout: look
+                    .peak_layout
+                    .then(|| peak::peak_layout(trace, policy, capacity))
+                    .flatten(),
             });
             if let Some(timeline) = timeline {
                 lines.push(plot::Line {
@@ -368,6 +394,11 @@ pub fn table(report: &Report) -> String {
                 rate(p.events_per_sec),
                 width = width
             ));
+        }
+        for p in &t.policies {
+            if let Some(layout) = &p.peak_layout {
+                out.push_str(&peak::text(&p.policy, layout));
+            }
         }
         out.push('\n');
     }

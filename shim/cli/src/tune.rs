@@ -119,7 +119,16 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
             .iter()
             .map(|s| s.candidate.policy.clone())
             .collect();
-        let (_, panels) = replay::run(&traces, &policies, capacity, true, &Progress::none());
+        let (_, panels) = replay::run(
+            &traces,
+            &policies,
+            capacity,
+            replay::Look {
+                plot: true,
+                ..Default::default()
+            },
+            &Progress::none(),
+        );
         replay::write_plot(path, &panels)?;
     }
     drop(progress);

@@ -292,63 +292,111 @@ fn replay_pool(
     stop_at_oom: bool,
     mut timeline: Option<&mut Timeline>,
 ) -> Outcome {
-    let mut options = PoolOptions::from_config(config, capacity);
-    // No other thread can free memory during a replay: waiting before a retry only costs time.
-    options.backoff = Duration::ZERO;
-    let source = TimedSource {
-        inner: CountingSource::new(capacity),
-        clock: Clock::new(&MEASURED),
-    };
-    let pool = Pool::new(source, options);
-    // A trace holds one program's requests in the order it made them: with `ordered_reuse` the
-    // replay is that of a program with all its work on one stream.
-    pool.source().inner.set_in_order(config.ordered_reuse);
-    // Pool address of each allocation, 0 while it is not live (the counting device starts far
-    // above 0).
-    let mut addrs = vec![0u64; trace.allocs as usize];
-    let (mut live, mut ooms, mut events) = (0u64, 0u64, 0u64);
+    let mut run = PoolRun::new(trace, config, capacity);
     for (i, op) in trace.ops.iter().enumerate() {
+        match run.step(op) {
+            Step::Skipped => continue,
+            Step::Failed if stop_at_oom => break,
+            _ => {}
+        }
+        if let Some(t) = timeline.as_deref_mut() {
+            t.record(trace, i, run.live, run.reserved());
+        }
+    }
+    run.outcome()
+}
+
+/// What one event of a trace came to in a replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    Done,
+    /// An allocation the allocator refused.
+    Failed,
+    /// A segment row, which only the `recorded` policy reads.
+    Skipped,
+}
+
+/// One replay of a trace through rocmguard's pool, an event at a time.
+pub(super) struct PoolRun {
+    pub pool: Pool<TimedSource>,
+    /// Pool address of each allocation, 0 while it is not live (the counting device starts far
+    /// above 0).
+    pub addrs: Vec<u64>,
+    pub live: u64,
+    ooms: u64,
+    events: u64,
+}
+
+impl PoolRun {
+    pub fn new(trace: &Trace, config: &Config, capacity: u64) -> PoolRun {
+        let mut options = PoolOptions::from_config(config, capacity);
+        // No other thread can free memory during a replay: waiting before a retry only costs
+        // time.
+        options.backoff = Duration::ZERO;
+        let source = TimedSource {
+            inner: CountingSource::new(capacity),
+            clock: Clock::new(&MEASURED),
+        };
+        let pool = Pool::new(source, options);
+        // A trace holds one program's requests in the order it made them: with `ordered_reuse`
+        // the replay is that of a program with all its work on one stream.
+        pool.source().inner.set_in_order(config.ordered_reuse);
+        PoolRun {
+            pool,
+            addrs: vec![0; trace.allocs as usize],
+            live: 0,
+            ooms: 0,
+            events: 0,
+        }
+    }
+
+    pub fn step(&mut self, op: &Op) -> Step {
         match *op {
             Op::Alloc { id, size } => {
-                events += 1;
-                match pool.alloc(size) {
+                self.events += 1;
+                match self.pool.alloc(size) {
                     Ok(addr) => {
-                        addrs[id as usize] = addr;
-                        live += size;
+                        self.addrs[id as usize] = addr;
+                        self.live += size;
+                        Step::Done
                     }
                     Err(_) => {
-                        ooms += 1;
-                        if stop_at_oom {
-                            break;
-                        }
+                        self.ooms += 1;
+                        Step::Failed
                     }
                 }
             }
             Op::Free { id, size } => {
-                events += 1;
-                let addr = std::mem::replace(&mut addrs[id as usize], 0);
+                self.events += 1;
+                let addr = std::mem::replace(&mut self.addrs[id as usize], 0);
                 if addr != 0 {
-                    pool.free(addr);
-                    live -= size;
+                    self.pool.free(addr);
+                    self.live -= size;
                 }
+                Step::Done
             }
-            Op::SegAlloc { .. } | Op::SegFree { .. } => continue,
-        }
-        if let Some(t) = timeline.as_deref_mut() {
-            t.record(trace, i, live, pool.source().inner.used());
+            Op::SegAlloc { .. } | Op::SegFree { .. } => Step::Skipped,
         }
     }
-    let s = pool.stats();
-    Outcome {
-        peak_live: s.peak_live,
-        peak_reserved: s.peak_reserved,
-        source_allocs: s.source_allocs,
-        source_frees: s.source_frees,
-        syncs: s.syncs,
-        ooms,
-        events,
-        driver_us: pool.source().clock.us(),
-        elapsed: Duration::ZERO,
+
+    /// Bytes the pool holds from the device now.
+    pub fn reserved(&self) -> u64 {
+        self.pool.source().inner.used()
+    }
+
+    fn outcome(&self) -> Outcome {
+        let s = self.pool.stats();
+        Outcome {
+            peak_live: s.peak_live,
+            peak_reserved: s.peak_reserved,
+            source_allocs: s.source_allocs,
+            source_frees: s.source_frees,
+            syncs: s.syncs,
+            ooms: self.ooms,
+            events: self.events,
+            driver_us: self.pool.source().clock.us(),
+            elapsed: Duration::ZERO,
+        }
     }
 }
 

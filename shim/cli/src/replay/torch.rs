@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::cost::{Clock, MEASURED};
 use super::load::{Op, Trace};
-use super::policy::{Outcome, Timeline};
+use super::policy::{Outcome, Step, Timeline};
 pub use conf::TorchConf;
 use model::{Allocator, NIL};
 
@@ -28,42 +28,18 @@ pub fn replay(
     stop_at_oom: bool,
     mut timeline: Option<&mut Timeline>,
 ) -> Outcome {
-    let mut a = Allocator::new(conf, capacity, Clock::new(&MEASURED));
-    let mut held = vec![NIL; trace.allocs as usize];
-    let mut o = Outcome::default();
-    let mut live = 0u64;
+    let mut run = TorchRun::new(trace, conf, capacity);
     for (i, op) in trace.ops.iter().enumerate() {
-        match *op {
-            Op::Alloc { id, size } => {
-                o.events += 1;
-                match a.malloc(size, trace.stream(id)) {
-                    Some(b) => {
-                        held[id as usize] = b;
-                        live += size;
-                        o.peak_live = o.peak_live.max(live);
-                    }
-                    None => {
-                        o.ooms += 1;
-                        if stop_at_oom {
-                            break;
-                        }
-                    }
-                }
-            }
-            Op::Free { id, size } => {
-                o.events += 1;
-                let b = std::mem::replace(&mut held[id as usize], NIL);
-                if b != NIL {
-                    a.free(b);
-                    live -= size;
-                }
-            }
-            Op::SegAlloc { .. } | Op::SegFree { .. } => continue,
+        match run.step(trace, op) {
+            Step::Skipped => continue,
+            Step::Failed if stop_at_oom => break,
+            _ => {}
         }
         if let Some(t) = timeline.as_deref_mut() {
-            t.record(trace, i, live, a.reserved);
+            t.record(trace, i, run.live, run.allocator.reserved);
         }
     }
+    let a = &run.allocator;
     Outcome {
         peak_reserved: a.peak_reserved,
         source_allocs: a.device_allocs,
@@ -71,6 +47,57 @@ pub fn replay(
         syncs: a.syncs,
         driver_us: a.clock.us(),
         elapsed: Duration::ZERO,
-        ..o
+        ..run.outcome
+    }
+}
+
+/// One replay of a trace through the model of PyTorch's allocator, an event at a time.
+pub(super) struct TorchRun {
+    pub(super) allocator: Allocator,
+    /// The block of each allocation, [`NIL`] while it is not live.
+    pub(super) held: Vec<u32>,
+    pub(super) live: u64,
+    outcome: Outcome,
+}
+
+impl TorchRun {
+    pub(super) fn new(trace: &Trace, conf: &TorchConf, capacity: u64) -> TorchRun {
+        TorchRun {
+            allocator: Allocator::new(conf, capacity, Clock::new(&MEASURED)),
+            held: vec![NIL; trace.allocs as usize],
+            live: 0,
+            outcome: Outcome::default(),
+        }
+    }
+
+    pub(super) fn step(&mut self, trace: &Trace, op: &Op) -> Step {
+        let o = &mut self.outcome;
+        match *op {
+            Op::Alloc { id, size } => {
+                o.events += 1;
+                match self.allocator.malloc(size, trace.stream(id)) {
+                    Some(b) => {
+                        self.held[id as usize] = b;
+                        self.live += size;
+                        o.peak_live = o.peak_live.max(self.live);
+                        Step::Done
+                    }
+                    None => {
+                        o.ooms += 1;
+                        Step::Failed
+                    }
+                }
+            }
+            Op::Free { id, size } => {
+                o.events += 1;
+                let b = std::mem::replace(&mut self.held[id as usize], NIL);
+                if b != NIL {
+                    self.allocator.free(b);
+                    self.live -= size;
+                }
+                Step::Done
+            }
+            Op::SegAlloc { .. } | Op::SegFree { .. } => Step::Skipped,
+        }
     }
 }

@@ -20,13 +20,15 @@
 //! The files: `state` the pool's record and its invariants, `block` the blocks that tile a
 //! segment, `index` the free blocks by size, `alloc` the allocation loop and growth,
 //! `quarantine` frees and the synchronize that makes them reusable, `trim` giving memory back,
-//! `virtual_segment` and `pages` segments backed page by page, `check` the invariants recounted.
+//! `virtual_segment` and `pages` segments backed page by page, `check` the invariants recounted,
+//! `layout` what the pool holds, for tools that explain it.
 
 mod alloc;
 mod block;
 mod check;
 mod fast;
 mod index;
+mod layout;
 mod pages;
 mod quarantine;
 mod state;
@@ -43,6 +45,8 @@ use crate::stats::Stats;
 
 use block::BlockState;
 use state::State;
+
+pub use layout::{Layout, Unit};
 
 /// A piece of device memory mapped in a virtual segment: `(addr, size, token)`, the token being
 /// what the device returned for it.

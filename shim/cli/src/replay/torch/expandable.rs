@@ -20,6 +20,18 @@ pub(super) struct Segment {
     handles: Vec<bool>,
 }
 
+impl Segment {
+    /// `(addr, size)` of each mapped page: each a handle of its own, given back alone.
+    pub(super) fn mapped_pages(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let (base, page) = (self.base, self.page);
+        self.handles
+            .iter()
+            .enumerate()
+            .filter(|(_, &mapped)| mapped)
+            .map(move |(i, _)| (base + i as u64 * page, page))
+    }
+}
+
 impl Allocator {
     /// `try_allocate_expandable_block`: maps pages until a run of free and mapped space of
     /// `size` bytes exists at the lowest address that can hold it; the run, out of the pool.

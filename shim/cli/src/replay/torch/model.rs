@@ -7,6 +7,8 @@
 
 use std::collections::BTreeSet;
 
+use rocmguard_core::pool::{Layout, Unit};
+
 use super::conf::{TorchConf, INTERVALS};
 use super::expandable::Segment;
 use crate::replay::cost::{Call, Clock};
@@ -312,6 +314,55 @@ impl Allocator {
                 (self.blocks.len() - 1) as u32
             }
         }
+    }
+
+    /// Where block `b` starts; `None` for [`NIL`].
+    pub fn block_start(&self, b: u32) -> Option<u64> {
+        (b != NIL).then(|| self.blocks[b as usize].ptr)
+    }
+
+    /// The device memory held now, as units that go back whole (a segment from `cudaMalloc`,
+    /// a mapped page of an expandable segment), and the blocks handed out: for `replay
+    /// --peak-layout`, never for a decision.
+    pub fn layout(&self) -> Layout {
+        let mut spare = vec![false; self.blocks.len()];
+        for &i in &self.spare {
+            spare[i as usize] = true;
+        }
+        let mut layout = Layout::default();
+        for (i, b) in self.blocks.iter().enumerate() {
+            if spare[i] {
+                continue;
+            }
+            if b.allocated {
+                layout.busy.push((b.ptr, b.size));
+            }
+            if b.seg == NIL && b.prev == NIL {
+                let mut size = 0;
+                let mut j = i as u32;
+                while j != NIL {
+                    size += self.blocks[j as usize].size;
+                    j = self.blocks[j as usize].next;
+                }
+                layout.units.push(Unit {
+                    addr: b.ptr,
+                    size,
+                    piece: false,
+                });
+            }
+        }
+        for seg in &self.segments {
+            layout
+                .units
+                .extend(seg.mapped_pages().map(|(addr, size)| Unit {
+                    addr,
+                    size,
+                    piece: true,
+                }));
+        }
+        layout.units.sort_unstable_by_key(|u| u.addr);
+        layout.busy.sort_unstable();
+        layout
     }
 
     pub(super) fn drop_block(&mut self, b: u32) {

@@ -1,0 +1,159 @@
+//! `rocmguard replay --peak-layout`: at the peak of each policy's reserved memory, which units
+//! hold bytes no live block uses and which blocks keep them, on a trace whose answer is known
+//! and on a real one.
+
+use std::path::Path;
+use std::process::Command;
+
+use rocmguard_core::trace::{self, Action, Event};
+use rocmguard_tests::{cli, output, root, text};
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+
+fn layouts(args: &[&str], file: &Path) -> Value {
+    let out = output(
+        Command::new(cli())
+            .args(["replay", "--json", "--peak-layout"])
+            .args(args)
+            .arg(file),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{}: {}", e, text(&out)))
+}
+
+fn policy<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["traces"][0]["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["policy"] == name)
+        .unwrap_or_else(|| panic!("no policy {} in {}", name, report))
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("{} is not a count", v))
+}
+
+/// 64 MiB (a) and 64 MiB (b), a freed, 256 KiB (pin) never freed, 64 MiB (c), then b and c
+/// freed: the pool's piece of a keeps the small block, so c needs a piece of its own.
+fn pinning_trace(dir: &Path) -> std::path::PathBuf {
+    let rows = [
+        (Action::Allocate, 0xa000_0000, 64 * MIB),
+        (Action::Allocate, 0xb000_0000, 64 * MIB),
+        (Action::Free, 0xa000_0000, 64 * MIB),
+        (Action::Allocate, 0xc000_0000, 256 << 10),
+        (Action::Allocate, 0xd000_0000, 64 * MIB),
+        (Action::Free, 0xb000_0000, 64 * MIB),
+        (Action::Free, 0xd000_0000, 64 * MIB),
+    ];
+    let mut csv = String::new();
+    trace::write_header(&mut csv);
+    for (i, &(action, ptr, size)) in rows.iter().enumerate() {
+        let e = Event {
+            time_us: i as u64 * 10,
+            ..Event::new(action, ptr, size)
+        };
+        trace::write_event(&e, &mut csv);
+    }
+    let path = dir.join("pinning.csv");
+    std::fs::write(&path, csv).unwrap();
+    path
+}
+
+#[test]
+fn the_block_that_pins_a_piece_is_named_with_its_lifetime() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pinning_trace(dir.path());
+    let report = layouts(&["--policy", "rocmguard", "--policy", "pytorch"], &file);
+
+    let pool = policy(&report, "rocmguard");
+    let at = &pool["peak_layout"];
+    assert_eq!(u(&at["reserved"]), u(&pool["peak_reserved"]), "{}", at);
+    assert_eq!(u(&at["event"]), 5, "the peak is c's allocation: {}", at);
+    assert_eq!(u(&at["events"]), 7);
+    assert_eq!(u(&at["live"]), 128 * MIB + (256 << 10));
+    assert_eq!(u(&at["reserved"]), 192 * MIB, "three 64 MiB pieces: {}", at);
+    assert_eq!(u(&at["units"]), 3);
+    assert_eq!(u(&at["units_with_idle"]), 1);
+    assert_eq!(u(&at["idle"]), 64 * MIB - (256 << 10));
+    let top = &at["top"][0];
+    assert_eq!(top["kind"], "piece");
+    assert_eq!(u(&top["size"]), 64 * MIB);
+    assert_eq!(u(&top["idle"]), 64 * MIB - (256 << 10));
+    assert_eq!((u(&top["blocks"]), u(&top["never_freed"])), (1, 1));
+    let pin = &top["largest"];
+    assert_eq!(u(&pin["size"]), 256 << 10);
+    assert_eq!(u(&pin["age"]), 1, "allocated one event before the peak");
+    assert!(pin["freed_after"].is_null(), "never freed: {}", pin);
+
+    // PyTorch's cache gives the small block a 2 MiB segment of its own, first reaching its
+    // peak there with a's segment cached whole (c then takes it).
+    let torch = policy(&report, "pytorch");
+    let at = &torch["peak_layout"];
+    assert_eq!(u(&at["reserved"]), u(&torch["peak_reserved"]), "{}", at);
+    assert_eq!(
+        (u(&at["event"]), u(&at["reserved"])),
+        (4, 130 * MIB),
+        "{}",
+        at
+    );
+    let top = at["top"].as_array().unwrap();
+    let row = |t: &Value| {
+        (
+            t["kind"].as_str().unwrap().to_string(),
+            u(&t["size"]),
+            u(&t["idle"]),
+            u(&t["blocks"]),
+            u(&t["never_freed"]),
+        )
+    };
+    assert_eq!(
+        top.iter().map(row).collect::<Vec<_>>(),
+        vec![
+            ("segment".to_string(), 64 * MIB, 64 * MIB, 0, 0),
+            ("segment".to_string(), 2 * MIB, 2 * MIB - (256 << 10), 1, 1),
+        ],
+        "{}",
+        at
+    );
+}
+
+#[test]
+fn a_block_freed_later_says_when_and_the_table_shows_the_layout() {
+    let file = root().join("data/traces/lora.csv.gz");
+    let report = layouts(&["--policy", "rocmguard"], &file);
+    let pool = policy(&report, "rocmguard");
+    let at = &pool["peak_layout"];
+    let (reserved, live, idle) = (u(&at["reserved"]), u(&at["live"]), u(&at["idle"]));
+    assert_eq!(reserved, u(&pool["peak_reserved"]));
+    // What no block covers is the excess over live bytes, less what blocks round up.
+    assert!(idle <= reserved - live && idle > 0, "{}", at);
+    let top = at["top"].as_array().unwrap();
+    assert!(!top.is_empty() && top.len() <= 8);
+    let idles: Vec<u64> = top.iter().map(|t| u(&t["idle"])).collect();
+    assert!(
+        idles.windows(2).all(|w| w[0] >= w[1]),
+        "most idle first: {:?}",
+        idles
+    );
+    assert!(
+        top.iter()
+            .any(|t| t["largest"]["freed_after"].as_u64().unwrap_or(0) > 0),
+        "some unit's largest block is freed after the peak: {}",
+        at
+    );
+
+    let out = output(
+        Command::new(cli())
+            .args(["replay", "--peak-layout", "--policy", "rocmguard"])
+            .arg(&file),
+    );
+    let table = text(&out);
+    assert!(out.status.success(), "{}", table);
+    assert!(
+        table.contains("rocmguard at its peak:") && table.contains("never freed"),
+        "{}",
+        table
+    );
+}
