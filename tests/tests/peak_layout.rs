@@ -35,14 +35,17 @@ fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("{} is not a count", v))
 }
 
-/// 64 MiB (a) and 64 MiB (b), a freed, 256 KiB (pin) never freed, 64 MiB (c), then b and c
-/// freed: the pool's piece of a keeps the small block, so c needs a piece of its own.
+/// 64 MiB (a) and 64 MiB (b); a freed; 40 MiB (x) and 256 KiB (pin, never freed) in turn where
+/// a was; x freed; 64 MiB (c); then b and c freed. The pool's piece of a keeps the small block,
+/// so c needs a piece of its own.
 fn pinning_trace(dir: &Path) -> std::path::PathBuf {
     let rows = [
         (Action::Allocate, 0xa000_0000, 64 * MIB),
         (Action::Allocate, 0xb000_0000, 64 * MIB),
         (Action::Free, 0xa000_0000, 64 * MIB),
+        (Action::Allocate, 0xe000_0000, 40 * MIB),
         (Action::Allocate, 0xc000_0000, 256 << 10),
+        (Action::Free, 0xe000_0000, 40 * MIB),
         (Action::Allocate, 0xd000_0000, 64 * MIB),
         (Action::Free, 0xb000_0000, 64 * MIB),
         (Action::Free, 0xd000_0000, 64 * MIB),
@@ -70,8 +73,8 @@ fn the_block_that_pins_a_piece_is_named_with_its_lifetime() {
     let pool = policy(&report, "rocmguard");
     let at = &pool["peak_layout"];
     assert_eq!(u(&at["reserved"]), u(&pool["peak_reserved"]), "{}", at);
-    assert_eq!(u(&at["event"]), 5, "the peak is c's allocation: {}", at);
-    assert_eq!(u(&at["events"]), 7);
+    assert_eq!(u(&at["event"]), 7, "the peak is c's allocation: {}", at);
+    assert_eq!(u(&at["events"]), 9);
     assert_eq!(u(&at["live"]), 128 * MIB + (256 << 10));
     assert_eq!(u(&at["reserved"]), 192 * MIB, "three 64 MiB pieces: {}", at);
     assert_eq!(u(&at["units"]), 3);
@@ -84,17 +87,17 @@ fn the_block_that_pins_a_piece_is_named_with_its_lifetime() {
     assert_eq!((u(&top["blocks"]), u(&top["never_freed"])), (1, 1));
     let pin = &top["largest"];
     assert_eq!(u(&pin["size"]), 256 << 10);
-    assert_eq!(u(&pin["age"]), 1, "allocated one event before the peak");
+    assert_eq!(u(&pin["age"]), 2, "allocated two events before the peak");
     assert!(pin["freed_after"].is_null(), "never freed: {}", pin);
 
     // PyTorch's cache gives the small block a 2 MiB segment of its own, first reaching its
-    // peak there with a's segment cached whole (c then takes it).
+    // peak there, with x in a's segment (c later takes all of it).
     let torch = policy(&report, "pytorch");
     let at = &torch["peak_layout"];
     assert_eq!(u(&at["reserved"]), u(&torch["peak_reserved"]), "{}", at);
     assert_eq!(
         (u(&at["event"]), u(&at["reserved"])),
-        (4, 130 * MIB),
+        (5, 130 * MIB),
         "{}",
         at
     );
@@ -106,13 +109,21 @@ fn the_block_that_pins_a_piece_is_named_with_its_lifetime() {
             u(&t["idle"]),
             u(&t["blocks"]),
             u(&t["never_freed"]),
+            t["largest"]["freed_after"].as_u64(),
         )
     };
     assert_eq!(
         top.iter().map(row).collect::<Vec<_>>(),
         vec![
-            ("segment".to_string(), 64 * MIB, 64 * MIB, 0, 0),
-            ("segment".to_string(), 2 * MIB, 2 * MIB - (256 << 10), 1, 1),
+            ("segment".to_string(), 64 * MIB, 24 * MIB, 1, 0, Some(1)),
+            (
+                "segment".to_string(),
+                2 * MIB,
+                2 * MIB - (256 << 10),
+                1,
+                1,
+                None
+            ),
         ],
         "{}",
         at

@@ -320,7 +320,7 @@ proptest! {
     }
 }
 
-/// A small block left where a large one was pins the piece it lies in, and no more: with
+/// A small block left beside a large one pins the piece it lies in, and no more: with
 /// `piece_size` the rest of the large block's memory goes back at a trim.
 #[test]
 fn a_long_lived_block_pins_at_most_one_piece() {
@@ -336,11 +336,14 @@ fn a_long_lived_block_pins_at_most_one_piece() {
         let big = pool.alloc(100 * MIB).unwrap();
         pool.free(big);
         pool.synchronized(pool.quarantine_mark());
+        let large = pool.alloc(60 * MIB).unwrap();
         let small = pool.alloc(4096).unwrap();
         assert_eq!(
-            small, big,
-            "the small block takes the mapped memory's start"
+            (large, small),
+            (big, big + 60 * MIB),
+            "both take the mapped memory, the small block after the large one"
         );
+        pool.free(large);
         pool.trim_to(0);
         pool.check_invariants().unwrap();
         assert_eq!(
@@ -352,6 +355,54 @@ fn a_long_lived_block_pins_at_most_one_piece() {
         assert_eq!(pool.source().used(), pinned, "the device agrees");
         pool.free(small);
     }
+}
+
+/// A small request does not make a wholly idle piece of several pages busy while free address
+/// space past it can take the request: the piece stays idle, and goes back whole at a trim
+/// (a small block there would keep all of it mapped, as PyTorch's small pool never does).
+#[test]
+fn a_small_request_spares_an_idle_piece() {
+    const MIB: u64 = 1 << 20;
+    let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+    pool.source().set_in_order(true);
+    let big = pool.alloc(64 * MIB).unwrap();
+    let next = pool.alloc(64 * MIB).unwrap();
+    pool.free(big);
+    let small = pool.alloc(256 << 10).unwrap();
+    assert!(
+        small >= next + 64 * MIB,
+        "the small block lies past both pieces, not in the idle one at {:#x}: {:#x}",
+        big,
+        small
+    );
+    pool.check_invariants().unwrap();
+    let third = pool.alloc(64 * MIB).unwrap();
+    assert_eq!(
+        third, big,
+        "the idle piece serves the next large request whole"
+    );
+    pool.free(third);
+    pool.free(next);
+    pool.trim_to(0);
+    pool.check_invariants().unwrap();
+    assert!(
+        pool.stats().reserved <= 2 * MIB,
+        "only the small block's page stays mapped: {}",
+        pool.stats().reserved
+    );
+    pool.free(small);
+
+    // The same where the idle piece begins the only free block: the request goes past it.
+    let pool = Pool::new(CountingSource::new(DEVICE), options(None));
+    pool.source().set_in_order(true);
+    let big = pool.alloc(64 * MIB).unwrap();
+    pool.free(big);
+    let small = pool.alloc(4096).unwrap();
+    assert_eq!(small, big + 64 * MIB, "past the idle piece");
+    pool.trim_to(0);
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.stats().reserved, 2 * MIB, "the idle piece went back");
+    pool.free(small);
 }
 
 /// The pairs of the preloaded hot-path bench (`tests/c/bench_pairs.c`): sizes in turn, one
@@ -555,6 +606,10 @@ fn a_block_found_mapped_is_handed_out_at_once_and_counted_a_hit() {
     let pool = Pool::new(CountingSource::new(DEVICE), options(None));
     pool.source().set_in_order(true);
     let a = pool.alloc(8 << 20).unwrap();
+    // A block that shares a's piece keeps it busy: small requests take an idle piece only when
+    // nothing else serves (`a_small_request_spares_an_idle_piece`).
+    let neighbour = pool.alloc(4096).unwrap();
+    assert_eq!(neighbour, a + (8 << 20), "in the piece mapped ahead of a");
     pool.free(a);
     let before = pool.stats();
     let sizes = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];

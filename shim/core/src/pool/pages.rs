@@ -70,6 +70,11 @@ impl Pages {
         runs
     }
 
+    /// The mapping backing the page at `addr`, or `NIL`.
+    pub(crate) fn mapping_at(&self, addr: u64) -> u32 {
+        self.pages[((addr - self.base) / SEGMENT) as usize].mapping
+    }
+
     /// Whether the page just below `at` (page-aligned) is unmapped or outside the segment.
     pub(crate) fn unmapped_below(&self, at: u64) -> bool {
         at == self.base || self.pages[((at - self.base) / SEGMENT) as usize - 1].mapping == NIL
@@ -269,6 +274,13 @@ impl Mappings {
             ));
         }
         Ok(total)
+    }
+
+    /// Whether mapping `i` is idle and larger than a page: a small block placed in it would
+    /// keep all of it mapped.
+    pub(crate) fn is_idle_run(&self, i: u32) -> bool {
+        let m = self.get(i);
+        m.busy == 0 && m.size > SEGMENT
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use super::block::{Block, BlockState};
 use super::index::FreeIndex;
 use super::pages::{Mappings, Pages};
-use super::{MEDIUM_SEGMENT, SMALL_REQUEST};
+use super::{MEDIUM_SEGMENT, NIL, SMALL_REQUEST};
 use crate::hash::AddrMap;
 use crate::stats::Stats;
 
@@ -209,7 +209,10 @@ impl State {
 
     /// A free block of pool `kind` for `rounded` bytes, as close a `fit` as asked and with the
     /// `backing` asked. Blocks of `oversize` or more are not split (except in virtual segments,
-    /// whose free blocks are address space).
+    /// whose free blocks are address space). A small request is not placed at the start of an
+    /// idle piece of several pages, which it would keep mapped for itself alone, while another
+    /// block serves: among mapped blocks it then finds none, so the request takes a page of its
+    /// own; with any backing it takes such a piece only when nothing else fits.
     pub(super) fn find(
         &self,
         kind: Kind,
@@ -217,6 +220,24 @@ impl State {
         oversize: u64,
         fit: Fit,
         backing: Backing,
+    ) -> Option<u32> {
+        let spare_idle = self.virtual_memory && rounded <= SMALL_REQUEST;
+        match self.find_where(kind, rounded, oversize, fit, backing, spare_idle) {
+            None if spare_idle && backing == Backing::Any => {
+                self.find_where(kind, rounded, oversize, fit, backing, false)
+            }
+            found => found,
+        }
+    }
+
+    fn find_where(
+        &self,
+        kind: Kind,
+        rounded: u64,
+        oversize: u64,
+        fit: Fit,
+        backing: Backing,
+        spare_idle: bool,
     ) -> Option<u32> {
         let slack = match fit {
             Fit::Close if rounded > SMALL_REQUEST => rounded / 8,
@@ -227,6 +248,15 @@ impl State {
             (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
                 && b.size - rounded <= slack
                 && (backing == Backing::Any || self.backs(b, rounded))
+                && !(spare_idle && self.starts_in_idle_run(b))
+        })
+    }
+
+    /// Whether free block `b` starts in an idle mapping of several pages.
+    fn starts_in_idle_run(&self, b: &Block) -> bool {
+        self.pages(b.seg).map_or(false, |pages| {
+            let m = pages.mapping_at(b.addr);
+            m != NIL && self.mappings.is_idle_run(m)
         })
     }
 }

@@ -6,7 +6,7 @@ use super::block::Block;
 use super::pages::{Mapping, Pages};
 use super::state::{Backing, Kind, Segment, State};
 use super::{
-    round_up, AllocError, Pool, MEDIUM_REQUEST, PIECE_SHARE, SEGMENT, SMALL_REQUEST,
+    round_up, AllocError, Pool, MEDIUM_REQUEST, NIL, PIECE_SHARE, SEGMENT, SMALL_REQUEST,
     VIRTUAL_SEGMENT,
 };
 use crate::source::DeviceSource;
@@ -108,10 +108,28 @@ impl State {
         m
     }
 
-    /// In free block `i` of a virtual segment, where `rounded` bytes (a large request) need the
-    /// least memory mapped: its start, or where a mapped stretch inside it begins. Nothing
-    /// changes: the caller splits there once the memory is mapped, so a failed map leaves the
-    /// block whole.
+    /// The first address from `at` on, up to `last`, that lies in no idle mapping of several
+    /// pages: where a small block keeps no such mapping for itself alone. `at` when there is none.
+    fn past_idle_runs(&self, pages: &Pages, at: u64, last: u64) -> u64 {
+        let mut to = at;
+        loop {
+            let m = pages.mapping_at(to);
+            if m == NIL || !self.mappings.is_idle_run(m) {
+                return to;
+            }
+            let end = self.mappings.get(m).addr + self.mappings.get(m).size;
+            if end > last {
+                return at;
+            }
+            to = end;
+        }
+    }
+
+    /// In free block `i` of a virtual segment, where to place `rounded` bytes: for a large
+    /// request where it needs the least memory mapped (the block's start, or where a mapped
+    /// stretch inside it begins); for a small one past any idle piece of several pages at the
+    /// block's start, where the block reaches that far. Nothing changes: the caller splits there
+    /// once the memory is mapped, so a failed map leaves the block whole.
     pub(super) fn best_window(&self, i: u32, rounded: u64) -> u64 {
         let b = &self.blocks[i as usize];
         let (addr, size, seg) = (b.addr, b.size, b.seg);
@@ -119,7 +137,10 @@ impl State {
             Some(p) => p,
             None => return addr,
         };
-        // Small requests map a page or two; looking for a better place costs more than that.
+        if rounded <= SMALL_REQUEST {
+            return self.past_idle_runs(pages, addr, addr + size - rounded);
+        }
+        // Medium requests map a page or two; looking for a better place costs more than that.
         if rounded <= MEDIUM_REQUEST || pages.is_mapped(addr, rounded) {
             return addr;
         }
