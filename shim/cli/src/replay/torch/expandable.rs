@@ -129,22 +129,11 @@ impl Allocator {
         seg.handles[begin as usize..end as usize].fill(true);
         self.clock.map(bytes, page);
         self.remove_unmapped(to_map);
-        self.blocks[to_map as usize].mapped = true;
         if bytes < b.size {
-            let rest = self.new_block(Block {
-                ptr: b.ptr + bytes,
-                size: b.size - bytes,
-                prev: to_map,
-                mapped: false,
-                ..b
-            });
-            if b.next != NIL {
-                self.blocks[b.next as usize].prev = rest;
-            }
-            self.blocks[to_map as usize].next = rest;
-            self.blocks[to_map as usize].size = bytes;
+            let rest = self.cut_tail(to_map, bytes);
             self.insert_unmapped(rest);
         }
+        self.blocks[to_map as usize].mapped = true;
         self.try_merge_blocks(to_map, self.block(to_map).prev);
         self.try_merge_blocks(to_map, self.block(to_map).next);
         self.insert_free(to_map);
@@ -172,42 +161,58 @@ impl Allocator {
         self.syncs += 1;
         self.clock.unmap(page, end - begin);
         self.remove_free(b);
-        let before = start - x.ptr;
-        if before > 0 {
-            let free = self.new_block(Block {
-                size: before,
-                next: b,
-                ..x
-            });
-            if x.prev != NIL {
-                self.blocks[x.prev as usize].next = free;
-            }
-            self.blocks[b as usize].prev = free;
-            self.insert_free(free);
+        if start > x.ptr {
+            let head = self.cut_head(b, start - x.ptr);
+            self.insert_free(head);
         }
-        let after = x.size - before - bytes;
-        if after > 0 {
-            let free = self.new_block(Block {
-                ptr: start + bytes,
-                size: after,
-                prev: b,
-                ..x
-            });
-            if x.next != NIL {
-                self.blocks[x.next as usize].prev = free;
-            }
-            self.blocks[b as usize].next = free;
-            self.insert_free(free);
+        if bytes < self.block(b).size {
+            let tail = self.cut_tail(b, bytes);
+            self.insert_free(tail);
         }
-        let y = &mut self.blocks[b as usize];
-        y.ptr = start;
-        y.size = bytes;
-        y.mapped = false;
+        self.blocks[b as usize].mapped = false;
         self.try_merge_blocks(b, self.block(b).prev);
         self.try_merge_blocks(b, self.block(b).next);
         self.insert_unmapped(b);
         self.reserved -= bytes;
         self.device_frees += 1;
+    }
+
+    /// Cuts block `b` after its first `keep` bytes: the rest becomes a new block like it, linked
+    /// after it, and is returned (filed nowhere).
+    fn cut_tail(&mut self, b: u32, keep: u64) -> u32 {
+        let x = self.block(b);
+        let tail = self.new_block(Block {
+            ptr: x.ptr + keep,
+            size: x.size - keep,
+            prev: b,
+            ..x
+        });
+        if x.next != NIL {
+            self.blocks[x.next as usize].prev = tail;
+        }
+        let y = &mut self.blocks[b as usize];
+        y.next = tail;
+        y.size = keep;
+        tail
+    }
+
+    /// Cuts the first `bytes` of block `b` off into a new block like it, linked before it, and
+    /// returns that (filed nowhere); `b` keeps the rest.
+    fn cut_head(&mut self, b: u32, bytes: u64) -> u32 {
+        let x = self.block(b);
+        let head = self.new_block(Block {
+            size: bytes,
+            next: b,
+            ..x
+        });
+        if x.prev != NIL {
+            self.blocks[x.prev as usize].next = head;
+        }
+        let y = &mut self.blocks[b as usize];
+        y.prev = head;
+        y.ptr += bytes;
+        y.size -= bytes;
+        head
     }
 
     /// `release_expandable_segment`: a segment with nothing mapped gives back its addresses.
