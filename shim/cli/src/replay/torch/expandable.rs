@@ -177,44 +177,6 @@ impl Allocator {
         self.device_frees += 1;
     }
 
-    /// Cuts block `b` after its first `keep` bytes: the rest becomes a new block like it, linked
-    /// after it, and is returned (filed nowhere).
-    fn cut_tail(&mut self, b: u32, keep: u64) -> u32 {
-        let x = self.block(b);
-        let tail = self.new_block(Block {
-            ptr: x.ptr + keep,
-            size: x.size - keep,
-            prev: b,
-            ..x
-        });
-        if x.next != NIL {
-            self.blocks[x.next as usize].prev = tail;
-        }
-        let y = &mut self.blocks[b as usize];
-        y.next = tail;
-        y.size = keep;
-        tail
-    }
-
-    /// Cuts the first `bytes` of block `b` off into a new block like it, linked before it, and
-    /// returns that (filed nowhere); `b` keeps the rest.
-    fn cut_head(&mut self, b: u32, bytes: u64) -> u32 {
-        let x = self.block(b);
-        let head = self.new_block(Block {
-            size: bytes,
-            next: b,
-            ..x
-        });
-        if x.prev != NIL {
-            self.blocks[x.prev as usize].next = head;
-        }
-        let y = &mut self.blocks[b as usize];
-        y.prev = head;
-        y.ptr += bytes;
-        y.size -= bytes;
-        head
-    }
-
     /// `release_expandable_segment`: a segment with nothing mapped gives back its addresses.
     pub(super) fn release_expandable_segment(&mut self, b: u32) {
         self.remove_unmapped(b);

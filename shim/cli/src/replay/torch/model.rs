@@ -208,21 +208,10 @@ impl Allocator {
             self.blocks[block as usize].allocated = true;
             return block;
         }
-        let rest = self.block(block);
-        let front = self.new_block(Block {
-            size,
-            next: block,
-            stream,
-            allocated: true,
-            ..rest
-        });
-        if rest.prev != NIL {
-            self.blocks[rest.prev as usize].next = front;
-        }
-        let r = &mut self.blocks[block as usize];
-        r.prev = front;
-        r.ptr += size;
-        r.size -= size;
+        let front = self.cut_head(block, size);
+        let f = &mut self.blocks[front as usize];
+        f.stream = stream;
+        f.allocated = true;
         self.insert_free(block);
         front
     }
@@ -363,6 +352,44 @@ impl Allocator {
         layout.units.sort_unstable_by_key(|u| u.addr);
         layout.busy.sort_unstable();
         layout
+    }
+
+    /// Cuts block `b` after its first `keep` bytes: the rest becomes a new block like it, linked
+    /// after it, and is returned (filed nowhere).
+    pub(super) fn cut_tail(&mut self, b: u32, keep: u64) -> u32 {
+        let x = self.block(b);
+        let tail = self.new_block(Block {
+            ptr: x.ptr + keep,
+            size: x.size - keep,
+            prev: b,
+            ..x
+        });
+        if x.next != NIL {
+            self.blocks[x.next as usize].prev = tail;
+        }
+        let y = &mut self.blocks[b as usize];
+        y.next = tail;
+        y.size = keep;
+        tail
+    }
+
+    /// Cuts the first `bytes` of block `b` off into a new block like it, linked before it, and
+    /// returns that (filed nowhere); `b` keeps the rest.
+    pub(super) fn cut_head(&mut self, b: u32, bytes: u64) -> u32 {
+        let x = self.block(b);
+        let head = self.new_block(Block {
+            size: bytes,
+            next: b,
+            ..x
+        });
+        if x.prev != NIL {
+            self.blocks[x.prev as usize].next = head;
+        }
+        let y = &mut self.blocks[b as usize];
+        y.prev = head;
+        y.ptr += bytes;
+        y.size -= bytes;
+        head
     }
 
     pub(super) fn drop_block(&mut self, b: u32) {
