@@ -221,35 +221,24 @@ impl State {
         fit: Fit,
         backing: Backing,
     ) -> Option<u32> {
-        let spare_idle = self.virtual_memory && rounded <= SMALL_REQUEST;
-        match self.find_where(kind, rounded, oversize, fit, backing, spare_idle) {
-            None if spare_idle && backing == Backing::Any => {
-                self.find_where(kind, rounded, oversize, fit, backing, false)
-            }
-            found => found,
-        }
-    }
-
-    fn find_where(
-        &self,
-        kind: Kind,
-        rounded: u64,
-        oversize: u64,
-        fit: Fit,
-        backing: Backing,
-        spare_idle: bool,
-    ) -> Option<u32> {
         let slack = match fit {
             Fit::Close if rounded > SMALL_REQUEST => rounded / 8,
             _ => u64::MAX,
         };
-        self.index[kind.slot()].find(&self.blocks, rounded, |b: &Block| {
-            let splits = b.size < oversize || self.pages(b.seg).is_some();
-            (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
-                && b.size - rounded <= slack
-                && (backing == Backing::Any || self.backs(b, rounded))
-                && !(spare_idle && self.starts_in_idle_run(b))
-        })
+        let pick = |spare_idle: bool| {
+            self.index[kind.slot()].find(&self.blocks, rounded, |b: &Block| {
+                let splits = b.size < oversize || self.pages(b.seg).is_some();
+                (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
+                    && b.size - rounded <= slack
+                    && (backing == Backing::Any || self.backs(b, rounded))
+                    && !(spare_idle && self.starts_in_idle_run(b))
+            })
+        };
+        let spare_idle = self.virtual_memory && rounded <= SMALL_REQUEST;
+        match pick(spare_idle) {
+            None if spare_idle && backing == Backing::Any => pick(false),
+            found => found,
+        }
     }
 
     /// Whether free block `b` starts in an idle mapping of several pages.
