@@ -393,7 +393,7 @@ fn a_bad_value_warns_once_and_keeps_the_default() {
     s.succeeded();
     let warnings = s.stderr().lines().filter(|l| l.contains("lots")).count();
     assert_eq!(warnings, 1, "{}", s.stderr());
-    assert!(s.stderr().contains("default 0.8"), "{}", s.stderr());
+    assert!(s.stderr().contains("default 1"), "{}", s.stderr());
 }
 
 #[test]

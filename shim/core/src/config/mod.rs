@@ -168,8 +168,8 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "trim_threshold",
         example: "0.7",
-        default: "0.8",
-        help: "Release cached segments, oldest first, once reserved memory passes this share of the cap (garbage_collection_threshold).",
+        default: "1",
+        help: "Release cached segments, oldest first, once reserved memory passes this share of the cap (garbage_collection_threshold); 1 = only when a request needs the room.",
         set: |c, v| {
             let t: f64 = v.trim().parse().map_err(|_| format!("`{}` is not a number", v))?;
             if !(t > 0.0 && t <= 1.0) {
@@ -358,7 +358,7 @@ impl Default for Config {
             vram_limit: None,
             invalid_cap: None,
             headroom: 0,
-            trim_threshold: 0.8,
+            trim_threshold: 1.0,
             max_split: None,
             retries: 0,
             warmup: 0,

@@ -57,7 +57,7 @@ fn defaults_come_from_the_table() {
     let c = Config::default();
     assert_eq!(c.piece_size, 128 << 20);
     assert_eq!(c.vram_limit, None);
-    assert_eq!(c.trim_threshold, 0.8);
+    assert_eq!(c.trim_threshold, 1.0);
     assert_eq!(c.retries, 3);
     assert_eq!(c.log, "warn");
     assert!(!c.disable);
@@ -97,7 +97,7 @@ fn bad_values_warn_once_and_keep_defaults() {
     assert!(w[0].contains("ROCMGUARD_TRIM_THRESHOLD") || w[1].contains("ROCMGUARD_TRIM_THRESHOLD"));
     assert!(w
         .iter()
-        .any(|m| m.contains("lots") && m.contains("default 0.8")));
+        .any(|m| m.contains("lots") && m.contains("default 1")));
     assert!(w
         .iter()
         .any(|m| m.contains("vram_limt") && m.contains("vram_limit")));

@@ -64,8 +64,14 @@ pub const MEDIUM_SEGMENT: u64 = 20 << 20;
 /// A piece mapped for a request reaches past it, into free address space, until it holds at
 /// least this fraction (1 / n) of what the pool has mapped: see `virtual_segment::piece_target`.
 pub const PIECE_SHARE: u64 = 64;
-/// Virtual segments reserve this much address space (or the cap, if smaller): a few cost nothing.
+/// Virtual segments reserve this much address space, or [`ADDRESS_SPACE_PER_CAP`] times the cap
+/// if that is smaller: a few cost nothing.
 pub const VIRTUAL_SEGMENT: u64 = 256 << 30;
+/// Address space reserved per byte of the cap. Address space no bigger than the cap fills with
+/// the holes between long-lived blocks before memory does: a request then found no window
+/// though the cap had room, and a program failed under a cap it fits in without one (lora,
+/// compiled_gpt: docs/benchmarks.md, session 11).
+pub const ADDRESS_SPACE_PER_CAP: u64 = 2;
 /// Warm-up reserves in segments of this size.
 pub const WARMUP_SEGMENT: u64 = 256 << 20;
 

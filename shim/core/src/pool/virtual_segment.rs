@@ -6,8 +6,8 @@ use super::block::Block;
 use super::pages::{Mapping, Pages};
 use super::state::{Backing, Kind, Segment, State};
 use super::{
-    round_up, AllocError, Pool, MEDIUM_REQUEST, NIL, PIECE_SHARE, SEGMENT, SMALL_REQUEST,
-    VIRTUAL_SEGMENT,
+    round_up, AllocError, Pool, ADDRESS_SPACE_PER_CAP, MEDIUM_REQUEST, NIL, PIECE_SHARE, SEGMENT,
+    SMALL_REQUEST, VIRTUAL_SEGMENT,
 };
 use crate::source::DeviceSource;
 
@@ -261,10 +261,16 @@ impl<S: DeviceSource> Pool<S> {
         extra & !(SEGMENT - 1)
     }
 
-    /// A new virtual segment big enough for the whole cap (up to [`VIRTUAL_SEGMENT`]) and for
-    /// `rounded`, if the device reserves one; `None` turns virtual memory off for this pool.
+    /// A new virtual segment of [`ADDRESS_SPACE_PER_CAP`] times the cap (up to
+    /// [`VIRTUAL_SEGMENT`]) and big enough for `rounded`, if the device reserves one; `None`
+    /// turns virtual memory off for this pool.
     pub(super) fn grow_virtual(&self, st: &mut State, rounded: u64) -> Option<u32> {
-        let size = round_up(rounded.max(st.stats.cap.min(VIRTUAL_SEGMENT)), SEGMENT);
+        let space = st
+            .stats
+            .cap
+            .saturating_mul(ADDRESS_SPACE_PER_CAP)
+            .min(VIRTUAL_SEGMENT);
+        let size = round_up(rounded.max(space), SEGMENT);
         let addr = self.source.reserve(size).ok()?;
         Some(st.add_segment(addr, size, Kind::Large, Some(Pages::new(addr, size))))
     }

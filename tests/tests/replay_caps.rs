@@ -1,0 +1,37 @@
+//! A cap the program fits in without one never fails it: every trace of `data/traces/` replayed
+//! through the default pool on a device exactly as large as that pool's own peak reserved
+//! completes, with no allocation refused. A pool whose placement changes near the cap (a trim
+//! threshold below 1, address space no bigger than the cap) broke this on five of the 23.
+
+use rocmguard_cli::replay::load;
+use rocmguard_cli::replay::policy::{self, Policy, UNLIMITED};
+use rocmguard_tests::root;
+
+#[test]
+fn every_trace_completes_at_a_cap_of_its_own_peak() {
+    let pool = Policy::parse("rocmguard").unwrap();
+    let mut failed = Vec::new();
+    let mut traces = 0;
+    let mut files: Vec<_> = std::fs::read_dir(root().join("data/traces"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".csv.gz"))
+        .collect();
+    files.sort();
+    for file in files {
+        for trace in load::load_path(&file).unwrap() {
+            traces += 1;
+            let free = policy::replay(&trace, &pool, UNLIMITED, false, None);
+            let cap = free.peak_reserved.div_ceil(2 << 20) * (2 << 20);
+            let capped = policy::replay(&trace, &pool, cap, false, None);
+            if capped.ooms > 0 {
+                failed.push(format!(
+                    "{}: {} refused at a cap of {} B, its peak without one",
+                    trace.name, capped.ooms, cap
+                ));
+            }
+        }
+    }
+    assert!(traces >= 20, "the corpus is there: {} traces", traces);
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
