@@ -263,19 +263,22 @@ pub fn text(policy: &str, p: &PeakLayout) -> String {
         ));
     }
     for u in &p.top {
-        let largest = u.largest.as_ref().map_or_else(String::new, |b| {
-            let end = match b.freed_after {
-                None => "never freed".to_string(),
-                Some(0) => "freed, waiting for a synchronize".to_string(),
-                Some(e) => format!("freed {} events later", e),
-            };
-            format!(
-                "{}, allocated {} events before, {}",
-                format_size(b.size),
-                b.age,
-                end
-            )
-        });
+        let largest = u.largest.as_ref().map_or_else(
+            || "no block: cached whole".to_string(),
+            |b| {
+                let end = match b.freed_after {
+                    None => "never freed".to_string(),
+                    Some(0) => "freed, waiting for a synchronize".to_string(),
+                    Some(e) => format!("freed {} events later", e),
+                };
+                format!(
+                    "{}, allocated {} events before, {}",
+                    format_size(b.size),
+                    b.age,
+                    end
+                )
+            },
+        );
         out.push_str(&format!(
             "    {:<8} {:>#16x} {:>11} {:>11} {:>7} {:>6}  {}\n",
             u.kind,
