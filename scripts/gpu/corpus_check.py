@@ -17,7 +17,11 @@ Usage:
   python3 scripts/gpu/corpus_check.py --lib target/gpu/librocmguard.so [--jobs 8]
       [--pairs 2] [--pair-workloads gpt2m_accum,moe_top2,vit_multires] [--only a,b]
       [--tune-confs FILE] [--budget 510] [--json FILE] [--logs DIR] [--set KEY=VALUE]
-Exit status 1 when a workload gave no exit table or its ratio is over 1.05.
+      [--at-own-peak]
+With `--at-own-peak`, each workload runs once more under the shim, capped at the peak reserved
+its first run printed (plus the print's precision), side by side: a cap the program fits in must
+not fail it. Exit status 1 when a workload gave no exit table or its ratio is over 1.05, or a
+capped run did not complete.
 """
 
 import argparse
@@ -169,6 +173,37 @@ def report_memory(done, halves, figures, out):
     return ok
 
 
+def at_own_peak(args, done, deadline, logs):
+    """Each shim workload again, capped at its own peak reserved from the first run (as printed,
+    plus the print's precision): a cap the program fits in must not fail it."""
+    tasks = []
+    for (_, _, _, (kind, w, _)), text, _, _ in done:
+        row = shim_row(text) if kind == "shim" else None
+        if row:
+            step = shim_output.GIB // 100 if row["peak_reserved"] >= shim_output.GIB else shim_output.MIB // 10
+            cap = row["peak_reserved"] + step
+            env = dict(shim_env(args.lib), ROCMGUARD_VRAM_LIMIT=str(cap))
+            tasks.append((f"cap.{w}", argv(w), env, (w, cap)))
+    return capture_traces.run_processes(tasks, args.jobs, deadline, logs)
+
+
+def report_caps(capped, out):
+    """Prints a CAP line per workload; returns whether every capped run completed."""
+    ok = True
+    if capped:
+        print("\nrocmguard capped at its own peak reserved (a cap the program fits in must not fail it)")
+    for (_, _, _, (w, cap)), text, rc, _ in capped:
+        done = capture_traces.result_of(text) is not None
+        row = shim_row(text)
+        ok &= done
+        ratio = f"{row['peak_reserved_per_live']:.3f}" if row else "-"
+        print(f"CAP {w:<16} cap {cap:>12} B  {'completes' if done else 'FAILS'}  {ratio}"
+              + ("" if done else f"  (exit {rc}: {shim_output.tail(text, 2)})"))
+        out["at_own_peak"][w] = dict(cap=cap, completes=done, ratio=row["peak_reserved_per_live"] if row else None,
+                                     exit=rc)
+    return ok
+
+
 def report_tune(done, out):
     lines = [d for d in done if d[0][3][0] == "tune"]
     if lines:
@@ -205,6 +240,8 @@ def main():
     p.add_argument("--budget", type=float, default=510.0, help="seconds for the whole run")
     p.add_argument("--logs", default="/tmp/corpus_check_logs", help="one log per process")
     p.add_argument("--json", help="write the figures here (default: $OUT/corpus_check.json if OUT is set)")
+    p.add_argument("--at-own-peak", action="store_true",
+                   help="then run each workload again capped at its own peak reserved; fail if one does not complete")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a rocmguard setting for every run under the shim (piece_size=16MiB); repeatable")
     args = p.parse_args()
@@ -228,16 +265,24 @@ def main():
     # about 20 s a process.
     pair_s = 20 * 2 * args.pairs * len(args.pair_workloads.split(","))
     done = memory(args, runnable, confs, max(120.0, args.budget - pair_s - 30), logs)
-    out = dict(memory={}, halves={}, tune=[], step_time={})
+    out = dict(memory={}, halves={}, tune=[], step_time={}, at_own_peak={})
     ok = report_memory(done, halves, pytorch_figures(), out)
     report_tune(done, out)
+    if args.at_own_peak:
+        left = args.budget - (time.monotonic() - start)
+        capped = at_own_peak(args, done, max(60.0, left - pair_s - 30), logs)
+        caps_ok = report_caps(capped, out)
+    else:
+        caps_ok = True
     left = args.budget - (time.monotonic() - start)
     report_times(step_pairs(args, left, logs) if args.pairs and left > 60 else {}, out)
     path = args.json or (os.path.join(os.environ["OUT"], "corpus_check.json") if os.environ.get("OUT") else None)
     if path:
         Path(path).write_text(json.dumps(out, indent=1))
-    print(f"\ncorpus_check: {'all within' if ok else 'NOT all within'} {TARGET} ({time.monotonic() - start:.0f} s)")
-    return 0 if ok else 1
+    print(f"\ncorpus_check: {'all within' if ok else 'NOT all within'} {TARGET}"
+          + ("" if caps_ok else "; a run capped at its own peak did not complete")
+          + f" ({time.monotonic() - start:.0f} s)")
+    return 0 if ok and caps_ok else 1
 
 
 if __name__ == "__main__":
