@@ -12,7 +12,7 @@ use rocmguard_core::pool::{Layout, Unit};
 use serde::Serialize;
 
 use super::load::{Op, Trace};
-use super::policy::{Kind, Policy, PoolRun, Step};
+use super::policy::{Kind, Policy, PoolRun, Run, Step};
 use super::torch::TorchRun;
 
 /// Units listed, those with the most idle bytes first.
@@ -59,39 +59,18 @@ pub struct BlockReport {
 }
 
 /// A replay that can stop and show its allocator.
-trait Run {
-    fn step(&mut self, trace: &Trace, op: &Op) -> Step;
-    fn reserved(&self) -> u64;
-    fn live(&self) -> u64;
+trait Look: Run {
     /// The allocator's units and busy blocks, and the allocation each busy block's start serves.
     fn layout(&self) -> (Layout, HashMap<u64, u32>);
 }
 
-impl Run for PoolRun {
-    fn step(&mut self, _: &Trace, op: &Op) -> Step {
-        PoolRun::step(self, op)
-    }
-    fn reserved(&self) -> u64 {
-        PoolRun::reserved(self)
-    }
-    fn live(&self) -> u64 {
-        self.live
-    }
+impl Look for PoolRun {
     fn layout(&self) -> (Layout, HashMap<u64, u32>) {
         (self.pool.layout(), owners(self.addrs.iter().copied(), 0))
     }
 }
 
-impl Run for TorchRun {
-    fn step(&mut self, trace: &Trace, op: &Op) -> Step {
-        TorchRun::step(self, trace, op)
-    }
-    fn reserved(&self) -> u64 {
-        self.allocator.reserved
-    }
-    fn live(&self) -> u64 {
-        self.live
-    }
+impl Look for TorchRun {
     fn layout(&self) -> (Layout, HashMap<u64, u32>) {
         let a = &self.allocator;
         let starts = self
@@ -130,7 +109,7 @@ pub fn peak_layout(trace: &Trace, policy: &Policy, capacity: u64) -> Option<Peak
 
 /// Replays `trace` through `first` to find the event after which reserved peaked, then through
 /// `second` up to that event, and looks.
-fn at_peak(trace: &Trace, mut first: impl Run, mut second: impl Run) -> PeakLayout {
+fn at_peak(trace: &Trace, mut first: impl Run, mut second: impl Look) -> PeakLayout {
     let (mut peak, mut peak_at, mut events) = (0u64, 0u64, 0u64);
     for op in &trace.ops {
         if first.step(trace, op) == Step::Skipped {

@@ -290,20 +290,41 @@ fn replay_pool(
     config: &Config,
     capacity: u64,
     stop_at_oom: bool,
-    mut timeline: Option<&mut Timeline>,
+    timeline: Option<&mut Timeline>,
 ) -> Outcome {
     let mut run = PoolRun::new(trace, config, capacity);
+    drive(&mut run, trace, stop_at_oom, timeline);
+    run.outcome()
+}
+
+/// A replay that goes an event at a time: the pool's, PyTorch's model's.
+pub(super) trait Run {
+    /// Replays event `op` of `trace`.
+    fn step(&mut self, trace: &Trace, op: &Op) -> Step;
+    /// Bytes the program has asked for and not freed.
+    fn live(&self) -> u64;
+    /// Bytes the allocator holds from the device now.
+    fn reserved(&self) -> u64;
+}
+
+/// Replays every event of `trace` through `run` (to the first refusal with `stop_at_oom`),
+/// sampling `timeline` after each allocation and free.
+pub(super) fn drive(
+    run: &mut impl Run,
+    trace: &Trace,
+    stop_at_oom: bool,
+    mut timeline: Option<&mut Timeline>,
+) {
     for (i, op) in trace.ops.iter().enumerate() {
-        match run.step(op) {
+        match run.step(trace, op) {
             Step::Skipped => continue,
             Step::Failed if stop_at_oom => break,
             _ => {}
         }
         if let Some(t) = timeline.as_deref_mut() {
-            t.record(trace, i, run.live, run.reserved());
+            t.record(trace, i, run.live(), run.reserved());
         }
     }
-    run.outcome()
 }
 
 /// What one event of a trace came to in a replay.
@@ -350,7 +371,24 @@ impl PoolRun {
         }
     }
 
-    pub fn step(&mut self, op: &Op) -> Step {
+    fn outcome(&self) -> Outcome {
+        let s = self.pool.stats();
+        Outcome {
+            peak_live: s.peak_live,
+            peak_reserved: s.peak_reserved,
+            source_allocs: s.source_allocs,
+            source_frees: s.source_frees,
+            syncs: s.syncs,
+            ooms: self.ooms,
+            events: self.events,
+            driver_us: self.pool.source().clock.us(),
+            elapsed: Duration::ZERO,
+        }
+    }
+}
+
+impl Run for PoolRun {
+    fn step(&mut self, _: &Trace, op: &Op) -> Step {
         match *op {
             Op::Alloc { id, size } => {
                 self.events += 1;
@@ -379,24 +417,12 @@ impl PoolRun {
         }
     }
 
-    /// Bytes the pool holds from the device now.
-    pub fn reserved(&self) -> u64 {
-        self.pool.source().inner.used()
+    fn live(&self) -> u64 {
+        self.live
     }
 
-    fn outcome(&self) -> Outcome {
-        let s = self.pool.stats();
-        Outcome {
-            peak_live: s.peak_live,
-            peak_reserved: s.peak_reserved,
-            source_allocs: s.source_allocs,
-            source_frees: s.source_frees,
-            syncs: s.syncs,
-            ooms: self.ooms,
-            events: self.events,
-            driver_us: self.pool.source().clock.us(),
-            elapsed: Duration::ZERO,
-        }
+    fn reserved(&self) -> u64 {
+        self.pool.source().inner.used()
     }
 }
 

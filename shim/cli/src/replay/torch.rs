@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::cost::{Clock, MEASURED};
 use super::load::{Op, Trace};
-use super::policy::{Outcome, Step, Timeline};
+use super::policy::{drive, Outcome, Run, Step, Timeline};
 pub use conf::TorchConf;
 use model::{Allocator, NIL};
 
@@ -26,19 +26,10 @@ pub fn replay(
     conf: &TorchConf,
     capacity: u64,
     stop_at_oom: bool,
-    mut timeline: Option<&mut Timeline>,
+    timeline: Option<&mut Timeline>,
 ) -> Outcome {
     let mut run = TorchRun::new(trace, conf, capacity);
-    for (i, op) in trace.ops.iter().enumerate() {
-        match run.step(trace, op) {
-            Step::Skipped => continue,
-            Step::Failed if stop_at_oom => break,
-            _ => {}
-        }
-        if let Some(t) = timeline.as_deref_mut() {
-            t.record(trace, i, run.live, run.allocator.reserved);
-        }
-    }
+    drive(&mut run, trace, stop_at_oom, timeline);
     let a = &run.allocator;
     Outcome {
         peak_reserved: a.peak_reserved,
@@ -69,8 +60,10 @@ impl TorchRun {
             outcome: Outcome::default(),
         }
     }
+}
 
-    pub(super) fn step(&mut self, trace: &Trace, op: &Op) -> Step {
+impl Run for TorchRun {
+    fn step(&mut self, trace: &Trace, op: &Op) -> Step {
         let o = &mut self.outcome;
         match *op {
             Op::Alloc { id, size } => {
@@ -99,5 +92,13 @@ impl TorchRun {
             }
             Op::SegAlloc { .. } | Op::SegFree { .. } => Step::Skipped,
         }
+    }
+
+    fn live(&self) -> u64 {
+        self.live
+    }
+
+    fn reserved(&self) -> u64 {
+        self.allocator.reserved
     }
 }
