@@ -41,22 +41,11 @@ fn main() {
     let recorded = Policy::parse("recorded").expect("the policy parses");
     // The corpus and its halves (data/traces/corpus.tsv): a pool change is judged on the
     // REPORT half, whose traces no constant was chosen on.
-    let list = std::fs::read_to_string(dir.join("corpus.tsv")).expect("data/traces/corpus.tsv");
-    let corpus: Vec<(&str, &str)> = list
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            let mut cols = l.split('\t');
-            let name = cols.next().expect("a trace name");
-            (
-                name,
-                cols.next().unwrap_or_else(|| panic!("{}: no half", name)),
-            )
-        })
-        .collect();
+    let corpus = rocmguard_tests::corpus_in(&dir);
     // (half, vmm, reuse) -> ratios, for the summary per half.
     let mut ratios = std::collections::BTreeMap::<(&str, &str, &str), Vec<f64>>::new();
-    for (name, half) in corpus {
+    for (name, half) in &corpus {
+        let (name, half) = (name.as_str(), half.as_str());
         let path = dir.join(format!("{}.csv.gz", name));
         let traces = load::load_path(&path).unwrap_or_else(|e| panic!("{}", e));
         let trace = &traces[0];

@@ -204,3 +204,19 @@ impl Seen {
         self
     }
 }
+
+/// The trace corpus of `dir` (`data/traces` or another copy): each trace's name and half (TUNE:
+/// the pool's constants may be chosen on it; REPORT: it only reports), from its `corpus.tsv`.
+pub fn corpus_in(dir: &Path) -> Vec<(String, String)> {
+    let list = std::fs::read_to_string(dir.join("corpus.tsv"))
+        .unwrap_or_else(|e| panic!("{}: {}", dir.join("corpus.tsv").display(), e));
+    list.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let mut cols = l.split('\t');
+            let name = cols.next().expect("a trace name").to_string();
+            let half = cols.next().unwrap_or_else(|| panic!("{}: no half", name));
+            (name, half.to_string())
+        })
+        .collect()
+}

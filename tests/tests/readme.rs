@@ -70,3 +70,90 @@ fn works_with_fits_one_screen() {
     }
     assert!(section.contains("(docs/works-with.md)"), "{}", section);
 }
+
+/// The README's corpus table, as the replay gives it now: each trace of `data/traces/` through
+/// the default pool, through plain segments (`vmm=0`) and through the model of PyTorch's cache,
+/// with the modelled driver time of the pool and of PyTorch; then each half's median, max and
+/// count over the targets, and the traces whose driver time is above PyTorch's, by how much.
+fn expected_corpus_table() -> String {
+    use rocmguard_cli::replay::{load, policy::Policy};
+    let policies = ["rocmguard", "rocmguard:vmm=0", "pytorch"].map(|p| Policy::parse(p).unwrap());
+    let dir = root().join("data/traces");
+    let mut table = String::from(
+        "| trace | half | rocmguard | plain segments | PyTorch's cache | driver ms, rocmguard / PyTorch |\n\
+         | --- | --- | ---: | ---: | ---: | ---: |\n",
+    );
+    // (half, ratio with virtual segments, with plain ones), and the driver time lines.
+    let (mut halves, mut slower) = (Vec::new(), Vec::new());
+    for (name, half) in rocmguard_tests::corpus_in(&dir) {
+        let trace = &load::load_path(&dir.join(format!("{}.csv.gz", name))).unwrap()[0];
+        let [pool, plain, torch] = policies.each_ref().map(|p| {
+            let o = rocmguard_cli::replay::policy::replay(trace, p, u64::MAX, false, None);
+            (o.peak_reserved as f64 / o.peak_live as f64, o.driver_us / 1e3)
+        });
+        table.push_str(&format!(
+            "| {} | {} | {:.3} | {:.3} | {:.3} | {:.1} / {:.1} |\n",
+            name, half, pool.0, plain.0, torch.0, pool.1, torch.1
+        ));
+        if format!("{:.1}", pool.1) != format!("{:.1}", torch.1) && pool.1 > torch.1 {
+            slower.push(format!(
+                "{} {:.1} ms against {:.1} ({:.2}x)",
+                name,
+                pool.1,
+                torch.1,
+                pool.1 / torch.1
+            ));
+        }
+        halves.push((half, pool.0, plain.0));
+    }
+    for half in ["tune", "report"] {
+        let pick = |plain: bool| -> Vec<f64> {
+            let mut r: Vec<f64> = halves
+                .iter()
+                .filter(|h| h.0 == half)
+                .map(|h| if plain { h.2 } else { h.1 })
+                .collect();
+            r.sort_by(f64::total_cmp);
+            r
+        };
+        let (pool, plain) = (pick(false), pick(true));
+        table.push_str(&format!(
+            "\n{} ({} traces): rocmguard median {:.3}, max {:.3}, {} over 1.05; plain segments \
+             median {:.3}, max {:.3}, {} over 1.10.\n",
+            half.to_uppercase(),
+            pool.len(),
+            median(&pool),
+            pool[pool.len() - 1],
+            pool.iter().filter(|&&r| r > 1.05).count(),
+            median(&plain),
+            plain[plain.len() - 1],
+            plain.iter().filter(|&&r| r > 1.10).count(),
+        ));
+    }
+    table.push_str(&format!(
+        "\nModelled driver time above PyTorch's: {}.\n",
+        slower.join(", ")
+    ));
+    table
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+#[test]
+fn readme_corpus_table_is_the_replay() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let table = expected_corpus_table();
+    assert!(
+        readme.contains(&table),
+        "README.md's corpus table differs from what the pool replays now (a pool change moved \
+         a figure); it should read:\n\n{}",
+        table
+    );
+}
