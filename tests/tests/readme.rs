@@ -89,7 +89,10 @@ fn expected_corpus_table() -> String {
         let trace = &load::load_path(&dir.join(format!("{}.csv.gz", name))).unwrap()[0];
         let [pool, plain, torch] = policies.each_ref().map(|p| {
             let o = rocmguard_cli::replay::policy::replay(trace, p, u64::MAX, false, None);
-            (o.peak_reserved as f64 / o.peak_live as f64, o.driver_us / 1e3)
+            (
+                o.peak_reserved as f64 / o.peak_live as f64,
+                o.driver_us / 1e3,
+            )
         });
         table.push_str(&format!(
             "| {} | {} | {:.3} | {:.3} | {:.3} | {:.1} / {:.1} |\n",
