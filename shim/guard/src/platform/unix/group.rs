@@ -89,27 +89,18 @@ fn join(name: &str) -> Result<Member, String> {
     // Our file is made, locked and first written under the group's lock: a member counting
     // the others in between would find it empty (and refuse it) or unlocked (and remove it as
     // a dead member's).
+    // An error below returns and closes the lock file, which lets go of the group's lock (a
+    // flock goes with the open file).
     let locked = flock(&lock, libc::LOCK_EX);
     let mine_path = dir.join(pid.to_string());
-    let mine = open(&mine_path).and_then(|mine| {
-        private_file(&mine, uid).map_err(|e| format!("{}: {}", mine_path.display(), e))?;
-        match flock(&mine, libc::LOCK_EX | libc::LOCK_NB) {
-            true => Ok(mine),
-            false => Err(format!(
-                "{} is locked by another process",
-                mine_path.display()
-            )),
-        }
-    });
-    let mine = match mine {
-        Ok(mine) => mine,
-        Err(e) => {
-            if locked {
-                flock(&lock, libc::LOCK_UN);
-            }
-            return Err(e);
-        }
-    };
+    let mine = open(&mine_path)?;
+    private_file(&mine, uid).map_err(|e| format!("{}: {}", mine_path.display(), e))?;
+    if !flock(&mine, libc::LOCK_EX | libc::LOCK_NB) {
+        return Err(format!(
+            "{} is locked by another process",
+            mine_path.display()
+        ));
+    }
     let member = Member {
         pid,
         dir,
