@@ -73,6 +73,48 @@ fn tune_prints_a_line_no_worse_than_the_default() {
     );
 }
 
+/// Tune ends with the command that shows why its pick and the pool reserve what they do; that
+/// command runs as printed and shows both policies' peaks, at the capacity tune was given.
+#[test]
+fn tune_prints_a_peak_layout_command_that_runs() {
+    let trace = traces().join("lora.csv.gz");
+    for capacity in [None, Some("1590MiB")] {
+        let mut args = vec![trace.to_str().unwrap()];
+        if let Some(c) = capacity {
+            args.extend(["--capacity", c]);
+        }
+        let out = tune(&args);
+        assert!(out.status.success(), "{}", text(&out));
+        let table = String::from_utf8_lossy(&out.stdout);
+        let command = table
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("rocmguard replay --peak-layout "))
+            .unwrap_or_else(|| panic!("no peak-layout command in\n{}", table));
+        let words: Vec<&str> = command.split_whitespace().collect();
+        assert_eq!(
+            words.contains(&"--capacity"),
+            capacity.is_some(),
+            "{}",
+            command
+        );
+        let shown = output(
+            Command::new(cli())
+                .args(["replay", "--peak-layout"])
+                .args(&words),
+        );
+        assert!(shown.status.success(), "{}: {}", command, text(&shown));
+        let shown = String::from_utf8_lossy(&shown.stdout);
+        for policy in words.iter().skip(1).step_by(2).take(2) {
+            assert!(
+                shown.contains(&format!("{} at its peak", policy)),
+                "no peak of {} in\n{}",
+                policy,
+                shown
+            );
+        }
+    }
+}
+
 /// Under a minute for the repository's largest trace (most allocations and frees), as for
 /// resnet_train.
 #[test]

@@ -160,6 +160,11 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
     }
     let view = View {
         names: &names,
+        paths: args
+            .traces
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
         capacity,
         top: args.top,
         seconds,
@@ -185,6 +190,8 @@ fn pool_pick(pools: &[Scored], capacity: u64) -> &Scored {
 /// What the tables need beside the scores.
 struct View<'a> {
     names: &'a [String],
+    /// The traces as given on the command line.
+    paths: Vec<String>,
     capacity: u64,
     top: usize,
     seconds: f64,
@@ -327,6 +334,20 @@ impl View<'_> {
                 ));
             }
         }
+        // Why a setting reserves what it does: the memory no tensor uses at its peak, by segment
+        // or piece, and the tensors that keep it there.
+        out.push_str(&format!(
+            "\nWhere the memory sits at the peak, and which tensors keep it there:\n  rocmguard \
+             replay --peak-layout --policy {} --policy {}{} {}\n",
+            pick.candidate.policy.name.trim_end_matches(':'),
+            pool.candidate.policy.name,
+            match self.capacity {
+                UNLIMITED => String::new(),
+                c if c % (1 << 20) == 0 => format!(" --capacity {}MiB", c >> 20),
+                c => format!(" --capacity {}", c),
+            },
+            self.paths.join(" ")
+        ));
         out
     }
 }

@@ -107,7 +107,7 @@ pub fn candidates(with_capacity: bool) -> Vec<Candidate> {
     for piece_size in PIECE_SIZES {
         let policy = match piece_size {
             None => "rocmguard".to_string(),
-            Some(p) => format!("rocmguard:piece_size={}", p),
+            Some(p) => format!("rocmguard:piece_size={}", mib(p)),
         };
         out.push(Candidate {
             conf: None,
