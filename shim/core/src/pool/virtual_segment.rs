@@ -263,16 +263,28 @@ impl<S: DeviceSource> Pool<S> {
 
     /// A new virtual segment of [`ADDRESS_SPACE_PER_CAP`] times the cap (up to
     /// [`VIRTUAL_SEGMENT`]) and big enough for `rounded`, if the device reserves one; `None`
-    /// turns virtual memory off for this pool.
+    /// turns virtual memory off for this pool. A device that refuses that much address space
+    /// (none seen; ROCm's limit is untried) is asked for the cap, then for the request alone:
+    /// a smaller segment beats losing virtual memory.
     pub(super) fn grow_virtual(&self, st: &mut State, rounded: u64) -> Option<u32> {
-        let space = st
-            .stats
-            .cap
+        let cap = st.stats.cap;
+        let space = cap
             .saturating_mul(ADDRESS_SPACE_PER_CAP)
             .min(VIRTUAL_SEGMENT);
-        let size = round_up(rounded.max(space), SEGMENT);
-        let addr = self.source.reserve(size).ok()?;
-        Some(st.add_segment(addr, size, Kind::Large, Some(Pages::new(addr, size))))
+        let need = round_up(rounded, SEGMENT);
+        let mut tried = 0;
+        for size in [space, cap.min(VIRTUAL_SEGMENT), need] {
+            let size = round_up(size.max(need), SEGMENT);
+            if size == tried {
+                continue;
+            }
+            tried = size;
+            if let Ok(addr) = self.source.reserve(size) {
+                let pages = Some(Pages::new(addr, size));
+                return Some(st.add_segment(addr, size, Kind::Large, pages));
+            }
+        }
+        None
     }
 
     /// After the device refused to reserve, or to map into virtual segments for a reason other
