@@ -93,6 +93,8 @@ def run_one(name, mode, steps, out):
         build_s=round(built - start, 2),
         # The first step (cuBLAS handles, compilation) is left out where there are others.
         step_s_median=round(statistics.median(times[1:] or times), 4),
+        # Every step, in order: steps of one index have the same shapes in every process.
+        step_s=[round(t, 5) for t in times],
         torch=torch.__version__,
     )
     # PyTorch counts nothing with its cache off (PYTORCH_NO_CUDA_MEMORY_CACHING=1).
