@@ -895,91 +895,14 @@ fn a_device_that_cannot_map_gets_plain_segments() {
     );
 }
 
-/// A device that reserves no more than `largest` bytes of address space at once.
-struct SmallAddressSpace {
-    inner: CountingSource,
-    largest: u64,
-}
-
-impl DeviceSource for SmallAddressSpace {
-    fn alloc(&self, size: u64) -> Result<u64, rocmguard_core::SourceError> {
-        self.inner.alloc(size)
-    }
-    fn free(&self, addr: u64, size: u64) -> Result<(), rocmguard_core::SourceError> {
-        self.inner.free(addr, size)
-    }
-    fn mem_info(&self) -> Result<(u64, u64), rocmguard_core::SourceError> {
-        self.inner.mem_info()
-    }
-    fn synchronize(&self) -> Result<(), rocmguard_core::SourceError> {
-        self.inner.synchronize()
-    }
-    fn has_virtual_memory(&self) -> bool {
-        true
-    }
-    fn reserve(&self, size: u64) -> Result<u64, rocmguard_core::SourceError> {
-        if size > self.largest {
-            return Err(DRIVER_ERROR);
-        }
-        self.inner.reserve(size)
-    }
-    fn unreserve(&self, addr: u64, size: u64) -> Result<(), rocmguard_core::SourceError> {
-        self.inner.unreserve(addr, size)
-    }
-    fn map(
-        &self,
-        addr: u64,
-        size: u64,
-        chunk: u64,
-    ) -> Result<Vec<u64>, rocmguard_core::SourceError> {
-        self.inner.map(addr, size, chunk)
-    }
-    fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), rocmguard_core::SourceError> {
-        self.inner.unmap(addr, size, token)
-    }
-}
-
-/// A device that refuses twice the cap of address space, or even the cap, still gets virtual
-/// segments (as large as it gives), not plain ones: memory goes back in pieces there.
-#[test]
-fn a_device_with_little_address_space_keeps_virtual_segments() {
-    use std::sync::atomic::Ordering::Relaxed;
-    const MIB: u64 = 1 << 20;
-    for largest in [DEVICE, 64 * MIB] {
-        let source = SmallAddressSpace {
-            inner: CountingSource::new(DEVICE),
-            largest,
-        };
-        let pool = Pool::new(source, options(None));
-        let a = pool.alloc(40 * MIB).expect("served");
-        let b = pool.alloc(3 * MIB).expect("served");
-        pool.check_invariants().unwrap();
-        let reserved = pool.source().inner.reserved.load(Relaxed);
-        assert!(
-            reserved > 0 && reserved <= 2 * largest,
-            "{} B of address space reserved, at most {} B a segment",
-            reserved,
-            largest
-        );
-        let units = pool.layout().units;
-        assert!(
-            !units.is_empty() && units.iter().all(|u| u.piece),
-            "pieces of a virtual segment, no plain segment: {:?}",
-            units
-        );
-        let device = &pool.source().inner;
-        assert!(device.is_backed(a, 40 * MIB) && device.is_backed(b, 3 * MIB));
-        pool.free(a);
-        pool.free(b);
-    }
-}
-
 /// A counting device whose mapping calls fail with a driver error while `failing` is set, and
-/// run out of memory once `maps_left` calls have been served.
+/// run out of memory once `maps_left` calls have been served; it reserves no more than
+/// `largest_reserve` bytes of address space at once.
 struct FailingMap {
     inner: CountingSource,
     failing: std::sync::atomic::AtomicBool,
     maps_left: std::sync::atomic::AtomicU64,
+    largest_reserve: std::sync::atomic::AtomicU64,
 }
 
 impl FailingMap {
@@ -988,6 +911,7 @@ impl FailingMap {
             inner: CountingSource::new(DEVICE),
             failing: Default::default(),
             maps_left: std::sync::atomic::AtomicU64::new(u64::MAX),
+            largest_reserve: std::sync::atomic::AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -1015,6 +939,13 @@ impl DeviceSource for FailingMap {
         true
     }
     fn reserve(&self, size: u64) -> Result<u64, rocmguard_core::SourceError> {
+        if size
+            > self
+                .largest_reserve
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(DRIVER_ERROR);
+        }
         self.inner.reserve(size)
     }
     fn unreserve(&self, addr: u64, size: u64) -> Result<(), rocmguard_core::SourceError> {
@@ -1044,6 +975,39 @@ impl DeviceSource for FailingMap {
     }
     fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), rocmguard_core::SourceError> {
         self.inner.unmap(addr, size, token)
+    }
+}
+
+/// A device that refuses twice the cap of address space, or even the cap, still gets virtual
+/// segments (as large as it gives), not plain ones: memory goes back in pieces there.
+#[test]
+fn a_device_with_little_address_space_keeps_virtual_segments() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const MIB: u64 = 1 << 20;
+    for largest in [DEVICE, 64 * MIB] {
+        let source = FailingMap::new();
+        source.largest_reserve.store(largest, Relaxed);
+        let pool = Pool::new(source, options(None));
+        let a = pool.alloc(40 * MIB).expect("served");
+        let b = pool.alloc(3 * MIB).expect("served");
+        pool.check_invariants().unwrap();
+        let reserved = pool.source().inner.reserved.load(Relaxed);
+        assert!(
+            reserved > 0 && reserved <= 2 * largest,
+            "{} B of address space reserved, at most {} B a segment",
+            reserved,
+            largest
+        );
+        let units = pool.layout().units;
+        assert!(
+            !units.is_empty() && units.iter().all(|u| u.piece),
+            "pieces of a virtual segment, no plain segment: {:?}",
+            units
+        );
+        let device = &pool.source().inner;
+        assert!(device.is_backed(a, 40 * MIB) && device.is_backed(b, 3 * MIB));
+        pool.free(a);
+        pool.free(b);
     }
 }
 
