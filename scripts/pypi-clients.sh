@@ -32,9 +32,9 @@ judge() {
     local label=$1 row hits
     seen() { echo "$out" | sed -n "s/^$1 //p" | head -1; }
     # The guard's table at exit: its last columns are allocs hits dev-allocs dev-frees trims
-    # retries ooms.
+    # retries ooms syncs dev-ms sync-ms.
     row=$(echo "$out" | grep '^dev0 ' | tail -1)
-    hits=$(echo "$row" | awk 'NF > 6 { print $(NF - 5) }')
+    hits=$(echo "$row" | awk 'NF > 9 { print $(NF - 8) }')
     check "$label: twice the cap refused with $(seen over_cap)" \
         "$([ "$(seen over_cap)" = hipErrorOutOfMemory ] && echo 1)"
     check "$label: hipMemGetInfo total $(seen total), free $(seen free) (cap $cap)" \

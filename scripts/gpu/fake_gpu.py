@@ -32,7 +32,7 @@ def stats_table(devices, face="CUDA"):
     out = f"rocmguard: {face} memory at exit\n"
     out += (
         "device        live   peak live    reserved  peak resvd         cap  peak-resv/live  allocs   hits  "
-        "dev-allocs  dev-frees  trims  retries  ooms\n"
+        "dev-allocs  dev-frees  trims  retries  ooms  syncs  dev-ms  sync-ms\n"
     )
     for d, s in devices.items():
         sizes = " ".join(f"{format_size(s[k]):>11}" for k in ("live", "peak_live", "reserved", "peak_reserved", "cap"))
@@ -40,7 +40,8 @@ def stats_table(devices, face="CUDA"):
         out += (
             f"dev{d:<3} {sizes} {ratio:>14.3f}x {s.get('allocs', 10):>7} {s.get('hits', 5):>6} "
             f"{s.get('dev_allocs', 3):>11} {s.get('dev_frees', 1):>10} {s.get('trims', 0):>6} "
-            f"{s.get('retries', 0):>8} {s.get('ooms', 0):>5}\n"
+            f"{s.get('retries', 0):>8} {s.get('ooms', 0):>5} {s.get('syncs', 0):>6} {s.get('dev_ms', 1):>7} "
+            f"{s.get('sync_ms', 0):>8}\n"
         )
     return out
 

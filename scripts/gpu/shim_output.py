@@ -9,7 +9,8 @@ GIB = 1 << 30
 
 SIZE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 TABLE_SIZES = ("live", "peak_live", "reserved", "peak_reserved", "cap")
-TABLE_COUNTS = ("allocs", "hits", "dev_allocs", "dev_frees", "trims", "retries", "ooms")
+TABLE_COUNTS = ("allocs", "hits", "dev_allocs", "dev_frees", "trims", "retries", "ooms", "syncs", "dev_ms",
+                "sync_ms")
 
 
 def fmt_bytes(n):
@@ -34,7 +35,7 @@ def parse_size(number, unit):
 
 
 def parse_row(line):
-    """One row of rocmguard_core::Stats::table: `dev0  55.0 MiB ... 1.127x  10 6 4 0 0 0 0`."""
+    """One row of rocmguard_core::Stats::table: `dev0  55.0 MiB ... 1.127x  10 6 4 0 0 0 0 0 0 0`."""
     words = line.split()
     if len(words) != 1 + 2 * len(TABLE_SIZES) + 1 + len(TABLE_COUNTS) or not words[0].startswith("dev"):
         return None

@@ -29,12 +29,12 @@ from fake_gpu import FAKE_GPU, FIRST_USE, FakeGpu, in_process_row, stats_table  
 GIB, MIB = shim_output.GIB, shim_output.MIB
 IPC_PATH = two_gpus.IPC_PATH
 
-# Printed by the real librocmguard.so (ROCMGUARD_STATS=1) in front of the simulated HIP runtime.
-REAL_TABLE = """rocmguard 0.1.0: guarding HIP device memory | cap none | headroom 0 B | trim at 80% | max split none | retries 3
- INFO rocmguard: dev0: pool over 16.00 GiB of device memory, cap 16.00 GiB
+# Printed by the real librocmguard.so (ROCMGUARD_STATS=1) in front of the simulated HIP runtime
+# (`bash scripts/demo.sh`, its run with rocmguard).
+REAL_TABLE = """rocmguard 0.1.0: guarding HIP device memory | cap 4.00 GiB | headroom 0 B | trim at 100% | max split none | retries 3
 rocmguard: HIP memory at exit
-device        live   peak live    reserved  peak resvd         cap  peak-resv/live  allocs   hits  dev-allocs  dev-frees  trims  retries  ooms
-dev0      55.0 MiB    55.0 MiB    62.0 MiB    62.0 MiB   16.00 GiB          1.127x      10      6           4          0      0        0     0
+device        live   peak live    reserved  peak resvd         cap  peak-resv/live  allocs   hits  dev-allocs  dev-frees  trims  retries  ooms  syncs  dev-ms  sync-ms
+dev0      65.0 MiB    2.97 GiB    3.00 GiB    3.00 GiB    4.00 GiB          1.010x    8929   8850          79          0      0        1     0      0       1        0
 """
 
 
@@ -43,11 +43,12 @@ class Parsing(unittest.TestCase):
         tables = shim_output.parse_tables(REAL_TABLE, face="HIP")
         self.assertEqual(len(tables), 1)
         row = tables[0][0]
-        self.assertEqual(row["live"], 55 * MIB)
-        self.assertEqual(row["peak_reserved"], 62 * MIB)
-        self.assertEqual(row["cap"], 16 * GIB)
-        self.assertEqual(row["peak_reserved_per_live"], 1.127)
-        self.assertEqual((row["allocs"], row["hits"], row["dev_allocs"], row["ooms"]), (10, 6, 4, 0))
+        self.assertEqual(row["live"], 65 * MIB)
+        self.assertEqual(row["peak_reserved"], 3 * GIB)
+        self.assertEqual(row["cap"], 4 * GIB)
+        self.assertEqual(row["peak_reserved_per_live"], 1.010)
+        self.assertEqual((row["allocs"], row["hits"], row["dev_allocs"], row["ooms"]), (8929, 8850, 79, 0))
+        self.assertEqual((row["syncs"], row["dev_ms"], row["sync_ms"]), (0, 1, 0))
         self.assertEqual(shim_output.parse_tables(REAL_TABLE), [])  # HIP, not CUDA
 
     def test_generated_table_round_trips(self):

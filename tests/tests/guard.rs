@@ -288,6 +288,37 @@ fn exit_with_live_blocks_is_clean() {
     assert!(s.stderr().contains("memory at exit"), "{}", s.stderr());
 }
 
+/// The exit table says how long the pool's device calls took, measured: on a simulated device
+/// whose allocating calls take 20 ms each (`HIPSIM_LATENCY_US`), at least 20 ms for each piece
+/// or segment the pool made; on a quick one, less than one such call.
+#[test]
+fn the_exit_table_times_the_pools_device_calls() {
+    for (latency_us, slow) in [("20000", true), ("0", false)] {
+        let s = guarded(
+            "guard_ops",
+            &["live_at_exit"],
+            &[("ROCMGUARD_STATS", "1"), ("HIPSIM_LATENCY_US", latency_us)],
+        );
+        s.succeeded();
+        let (made, ms) = (
+            stats_column(&s.stderr(), "dev-allocs"),
+            stats_column(&s.stderr(), "dev-ms"),
+        );
+        assert!(made >= 1, "{}", s.stderr());
+        if slow {
+            assert!(
+                ms >= 20 * made,
+                "{} ms for {} calls:\n{}",
+                ms,
+                made,
+                s.stderr()
+            );
+        } else {
+            assert!(ms < 20, "{} ms for {} calls:\n{}", ms, made, s.stderr());
+        }
+    }
+}
+
 #[test]
 fn runtime_error_codes_reach_the_caller_unchanged() {
     let with = guarded("guard_ops", &["errors"], &[]);

@@ -67,6 +67,8 @@ const FIELDS: &[Field] = &[
         |s, v| s.source_frees = v,
     ),
     ("syncs", |s| s.syncs, |s, v| s.syncs = v),
+    ("device_us", |s| s.device_us, |s, v| s.device_us = v),
+    ("sync_us", |s| s.sync_us, |s, v| s.sync_us = v),
     ("trims", |s| s.trims, |s, v| s.trims = v),
     ("retries", |s| s.retries, |s, v| s.retries = v),
     ("ooms", |s| s.ooms, |s, v| s.ooms = v),

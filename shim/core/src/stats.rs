@@ -25,6 +25,11 @@ pub struct Stats {
     pub source_frees: u64,
     /// Synchronizes the pool asked for to reuse freed blocks or after an out-of-memory.
     pub syncs: u64,
+    /// Wall time of the pool's device calls (segments and pieces made and given back, address
+    /// space reserved and freed), and of its synchronizes (the background reclaimer's
+    /// included), in microseconds.
+    pub device_us: u64,
+    pub sync_us: u64,
     /// Segments released by a trim (threshold, explicit or out-of-memory).
     pub trims: u64,
     pub retries: u64,
@@ -68,12 +73,12 @@ impl Stats {
     /// The table printed at exit and by `rocmguard stats`.
     pub fn table(devices: &[(i32, Stats)]) -> String {
         let mut out = String::from(
-            "device        live   peak live    reserved  peak resvd         cap  peak-resv/live  allocs   hits  dev-allocs  dev-frees  trims  retries  ooms\n",
+            "device        live   peak live    reserved  peak resvd         cap  peak-resv/live  allocs   hits  dev-allocs  dev-frees  trims  retries  ooms  syncs  dev-ms  sync-ms\n",
         );
         for (d, s) in devices {
             let _ = writeln!(
                 out,
-                "dev{:<3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>14.3}x {:>7} {:>6} {:>11} {:>10} {:>6} {:>8} {:>5}",
+                "dev{:<3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>14.3}x {:>7} {:>6} {:>11} {:>10} {:>6} {:>8} {:>5} {:>6} {:>7} {:>8}",
                 d,
                 format_size(s.live),
                 format_size(s.peak_live),
@@ -87,7 +92,10 @@ impl Stats {
                 s.source_frees,
                 s.trims,
                 s.retries,
-                s.ooms
+                s.ooms,
+                s.syncs,
+                (s.device_us + 500) / 1000,
+                (s.sync_us + 500) / 1000
             );
         }
         out

@@ -6,8 +6,8 @@ use std::sync::MutexGuard;
 
 use super::state::{Backing, Fit, Kind, State};
 use super::{
-    round_up, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, SEGMENT, SMALL_REQUEST,
-    WARMUP_SEGMENT,
+    round_up, timed, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, SEGMENT,
+    SMALL_REQUEST, WARMUP_SEGMENT,
 };
 use crate::source::DeviceSource;
 
@@ -349,12 +349,13 @@ impl<S: DeviceSource> Pool<S> {
                 size = minimal;
             }
         }
-        let addr = match self.source.alloc(size) {
+        let addr = match timed(&mut st.stats.device_us, || self.source.alloc(size)) {
             Ok(a) => a,
             Err(e) if e.out_of_memory && size > minimal => {
                 st.stats.retries += 1;
                 size = minimal;
-                self.source.alloc(size).map_err(AllocError::Source)?
+                timed(&mut st.stats.device_us, || self.source.alloc(size))
+                    .map_err(AllocError::Source)?
             }
             Err(e) => return Err(AllocError::Source(e)),
         };
@@ -384,7 +385,7 @@ impl<S: DeviceSource> Pool<S> {
         let mut left = warmup;
         while left > 0 {
             let size = left.min(WARMUP_SEGMENT);
-            match self.source.alloc(size) {
+            match timed(&mut st.stats.device_us, || self.source.alloc(size)) {
                 Ok(addr) => {
                     st.add_segment(addr, size, Kind::Large, None);
                 }

@@ -82,6 +82,15 @@ const NIL: u32 = u32::MAX;
 /// not a division, since every pooled allocation rounds its size. Saturates at the largest
 /// multiple.
 #[inline]
+/// Runs one device call and adds its wall time to `total` (microseconds): what the pool's calls
+/// cost the program, measured, beside the replay's model of them.
+fn timed<T>(total: &mut u64, call: impl FnOnce() -> T) -> T {
+    let start = std::time::Instant::now();
+    let out = call();
+    *total += start.elapsed().as_micros() as u64;
+    out
+}
+
 fn round_up(n: u64, to: u64) -> u64 {
     debug_assert!(to.is_power_of_two());
     n.saturating_add(to - 1) & !(to - 1)

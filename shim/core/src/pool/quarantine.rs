@@ -6,7 +6,7 @@ use std::sync::MutexGuard;
 
 use super::block::BlockState;
 use super::state::State;
-use super::Pool;
+use super::{timed, Pool};
 use crate::source::DeviceSource;
 
 impl<S: DeviceSource> Pool<S> {
@@ -77,8 +77,10 @@ impl<S: DeviceSource> Pool<S> {
         let mark = st.next_free_seq;
         st.stats.syncs += 1;
         drop(st);
-        let synced = self.source.synchronize().is_ok();
+        let mut waited = 0;
+        let synced = timed(&mut waited, || self.source.synchronize()).is_ok();
         let mut st = self.lock();
+        st.stats.sync_us += waited;
         if synced {
             st.synced_mark = st.synced_mark.max(mark);
             self.release_quarantine(&mut st, mark);

@@ -4,7 +4,7 @@
 
 use super::block::BlockState;
 use super::state::State;
-use super::Pool;
+use super::{timed, Pool};
 use crate::source::DeviceSource;
 
 /// Device memory a trim can give back.
@@ -77,13 +77,14 @@ impl<S: DeviceSource> Pool<S> {
                 Idle::Segment(seg) => {
                     // The runtime's free waits for the device itself.
                     let (addr, size) = st.remove_segment(seg);
-                    let _ = self.source.free(addr, size);
+                    let _ = timed(&mut st.stats.device_us, || self.source.free(addr, size));
                     size
                 }
                 Idle::Mapping(_) if !self.settle_for_unmap(st) => continue,
                 Idle::Mapping(m) => {
                     let m = st.remove_mapping(m);
-                    let _ = self.source.unmap(m.addr, m.size, m.token);
+                    let unmap = || self.source.unmap(m.addr, m.size, m.token);
+                    let _ = timed(&mut st.stats.device_us, unmap);
                     m.size
                 }
             };
@@ -106,7 +107,7 @@ impl<S: DeviceSource> Pool<S> {
         }
         let mark = st.next_free_seq;
         st.stats.syncs += 1;
-        if self.source.synchronize().is_err() {
+        if timed(&mut st.stats.sync_us, || self.source.synchronize()).is_err() {
             return false;
         }
         st.synced_mark = mark;
@@ -128,7 +129,9 @@ impl<S: DeviceSource> Pool<S> {
             .collect();
         for seg in empty {
             let (addr, size) = st.remove_segment(seg);
-            let _ = self.source.unreserve(addr, size);
+            let _ = timed(&mut st.stats.device_us, || {
+                self.source.unreserve(addr, size)
+            });
         }
     }
 }

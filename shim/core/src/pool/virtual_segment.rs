@@ -6,8 +6,8 @@ use super::block::Block;
 use super::pages::{Mapping, Pages};
 use super::state::{Backing, Kind, Segment, State};
 use super::{
-    round_up, AllocError, Pool, ADDRESS_SPACE_PER_CAP, MEDIUM_REQUEST, NIL, PIECE_SHARE, SEGMENT,
-    SMALL_REQUEST, VIRTUAL_SEGMENT,
+    round_up, timed, AllocError, Pool, ADDRESS_SPACE_PER_CAP, MEDIUM_REQUEST, NIL, PIECE_SHARE,
+    SEGMENT, SMALL_REQUEST, VIRTUAL_SEGMENT,
 };
 use crate::source::DeviceSource;
 
@@ -193,7 +193,9 @@ impl<S: DeviceSource> Pool<S> {
         let piece = self.options.piece_size;
         for (i, (addr, size)) in runs.iter_mut().enumerate() {
             let ask = if i == last { *size + extra } else { *size };
-            let tokens = match self.source.map(*addr, ask, piece) {
+            let tokens = match timed(&mut st.stats.device_us, || {
+                self.source.map(*addr, ask, piece)
+            }) {
                 Ok(tokens) if i == last => {
                     *size += extra;
                     tokens
@@ -203,9 +205,10 @@ impl<S: DeviceSource> Pool<S> {
                 // (a retry, as a plain segment's preferred size refused).
                 Err(e) if i == last && extra > 0 && e.out_of_memory => {
                     st.stats.retries += 1;
-                    self.source
-                        .map(*addr, *size, piece)
-                        .map_err(AllocError::Source)?
+                    timed(&mut st.stats.device_us, || {
+                        self.source.map(*addr, *size, piece)
+                    })
+                    .map_err(AllocError::Source)?
                 }
                 Err(e) => return Err(AllocError::Source(e)),
             };
@@ -279,7 +282,7 @@ impl<S: DeviceSource> Pool<S> {
                 continue;
             }
             tried = size;
-            if let Ok(addr) = self.source.reserve(size) {
+            if let Ok(addr) = timed(&mut st.stats.device_us, || self.source.reserve(size)) {
                 let pages = Some(Pages::new(addr, size));
                 return Some(st.add_segment(addr, size, Kind::Large, pages));
             }
