@@ -220,3 +220,22 @@ pub fn corpus_in(dir: &Path) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// Column `column` of dev0's row in the exit stats table (`ROCMGUARD_STATS=1`) in `stderr`,
+/// found by its header, so a column added to the table moves no reader.
+pub fn exit_table_column(stderr: &str, column: &str) -> u64 {
+    let mut lines = stderr.lines().skip_while(|l| !l.starts_with("device "));
+    let header: Vec<&str> = lines
+        .next()
+        .expect("a stats table at exit")
+        .split_whitespace()
+        .collect();
+    let row = lines.next().expect("a dev0 row");
+    let i = header
+        .iter()
+        .position(|h| *h == column)
+        .unwrap_or_else(|| panic!("no column `{}` in {:?}", column, header));
+    // Sizes take two words ("1.00 GiB"); counts one. Counts sit at the end of the row.
+    let words: Vec<&str> = row.split_whitespace().collect();
+    words[words.len() - (header.len() - i)].parse().unwrap()
+}

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use rocmguard_tests::{compile_c, guarded_command, output, sim_command, text, Seen};
+use rocmguard_tests::{
+    compile_c, exit_table_column, guarded_command, output, sim_command, text, Seen,
+};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -43,24 +45,6 @@ fn unguarded(name: &str, args: &[&str], env: &[(&str, &str)]) -> Seen {
     let mut cmd = sim_command(&program(name));
     cmd.args(args).envs(env.iter().copied());
     Seen::new(output(&mut cmd))
-}
-
-/// The `retries` column of the exit stats table (ROCMGUARD_STATS=1) for dev0.
-fn stats_column(stderr: &str, column: &str) -> u64 {
-    let mut lines = stderr.lines().skip_while(|l| !l.starts_with("device "));
-    let header: Vec<&str> = lines
-        .next()
-        .expect("a stats table at exit")
-        .split_whitespace()
-        .collect();
-    let row = lines.next().expect("a dev0 row");
-    let i = header
-        .iter()
-        .position(|h| *h == column)
-        .expect("the column exists");
-    // Sizes take two words ("1.00 GiB"); counts one. Counts sit at the end of the row.
-    let words: Vec<&str> = row.split_whitespace().collect();
-    words[words.len() - (header.len() - i)].parse().unwrap()
 }
 
 #[test]
@@ -154,7 +138,12 @@ fn a_transient_device_oom_is_absorbed_by_one_retry() {
     s.succeeded();
     assert_eq!(s.num("malloc"), 0, "the program sees success");
     assert_eq!(s.num("last_error"), 0, "and no error left behind");
-    assert_eq!(stats_column(&s.stderr(), "retries"), 1, "{}", s.stderr());
+    assert_eq!(
+        exit_table_column(&s.stderr(), "retries"),
+        1,
+        "{}",
+        s.stderr()
+    );
     let plain = unguarded("guard_ops", &["retry"], &[("HIPSIM_FAIL_NTH", "1")]);
     assert_eq!(
         plain.num("malloc"),
@@ -301,8 +290,8 @@ fn the_exit_table_times_the_pools_device_calls() {
         );
         s.succeeded();
         let (made, ms) = (
-            stats_column(&s.stderr(), "dev-allocs"),
-            stats_column(&s.stderr(), "dev-ms"),
+            exit_table_column(&s.stderr(), "dev-allocs"),
+            exit_table_column(&s.stderr(), "dev-ms"),
         );
         assert!(made >= 1, "{}", s.stderr());
         if slow {

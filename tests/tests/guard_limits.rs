@@ -31,14 +31,9 @@ fn guarded(name: &str, args: &[&str], env: &[(&str, &str)]) -> Seen {
     ))
 }
 
-/// The `ooms` count of dev0 in the exit stats table (the last column).
+/// The `ooms` count of dev0 in the exit stats table.
 fn ooms(stderr: &str) -> u64 {
-    let row = stderr
-        .lines()
-        .skip_while(|l| !l.starts_with("device "))
-        .nth(1)
-        .expect("a stats table with a dev0 row");
-    row.split_whitespace().last().unwrap().parse().unwrap()
+    rocmguard_tests::exit_table_column(stderr, "ooms")
 }
 
 /// A cap the user asked for but wrote wrongly is never "no cap": the error is said once, even
