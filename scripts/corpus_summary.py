@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
 """The trace corpus replayed through some policies: per trace peak reserved / peak live, modelled
 driver ms and min capacity / peak live; then per half (data/traces/corpus.tsv) the median, the
-max, how many traces are over 1.05, and the driver ms in all.
+max, how many traces are over 1.05, and the driver ms in all. With --steady, also the driver ms
+of each trace's second half (the whole trace's less its first half's, replayed alone): what a
+run keeps paying once past its peak, the part of the driver time a longer run multiplies.
 
-Usage: python3 scripts/corpus_summary.py [--rocmguard PATH] POLICY...
+Usage: python3 scripts/corpus_summary.py [--rocmguard PATH] [--steady] POLICY...
   e.g. python3 scripts/corpus_summary.py rocmguard rocmguard:piece_size=16MiB pytorch
 POLICY is what `rocmguard replay --policy` takes (default: rocmguard pytorch).
 """
 
 import argparse
+import gzip
 import json
 import statistics
 import subprocess
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rocmguard", default=str(ROOT / "target/release/rocmguard"))
+    p.add_argument("--steady", action="store_true", help="also the driver ms of each second half")
     p.add_argument("policies", nargs="*", default=["rocmguard", "pytorch"])
     args = p.parse_args()
     halves = {}
@@ -27,27 +32,54 @@ def main():
         if line.strip() and not line.startswith("#"):
             name, half = line.split("\t")[:2]
             halves[name] = half
-    cmd = [args.rocmguard, "replay", "--json"]
-    for policy in args.policies:
-        cmd += ["--policy", policy]
-    cmd += [str(ROOT / f"data/traces/{t}.csv.gz") for t in halves]
-    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    paths = [str(ROOT / f"data/traces/{t}.csv.gz") for t in halves]
+    out = replay(args, paths)
+    second = {}
+    if args.steady:
+        with tempfile.TemporaryDirectory() as tmp:
+            firsts = [first_half(path, tmp) for path in paths]
+            for t, w, f in zip(out["traces"], out["traces"], replay(args, firsts)["traces"]):
+                for rw, rf in zip(w["policies"], f["policies"]):
+                    second[(t["trace"], rw["policy"])] = rw["driver_ms"] - rf["driver_ms"]
     rows = {}
-    print(f"{'trace':17} {'half':6} " + " ".join(f"{p[:27]:>27}" for p in args.policies))
+    width = 34 if args.steady else 27
+    print(f"{'trace':17} {'half':6} " + " ".join(f"{p[:width]:>{width}}" for p in args.policies))
     for t in out["traces"]:
         cells = []
         for r in t["policies"]:
             cap = r["min_capacity"] / r["peak_live"] if r.get("min_capacity") else float("nan")
-            cells.append(f"{r['ratio']:.3f} {r['driver_ms']:7.1f} ms m{cap:.3f}".rjust(27))
-            rows.setdefault(r["policy"], []).append((halves[t["trace"]], r["ratio"], r["driver_ms"]))
+            tail = second.get((t["trace"], r["policy"]))
+            steady = "" if tail is None else f" {tail:6.1f}"
+            cells.append(f"{r['ratio']:.3f} {r['driver_ms']:7.1f} ms{steady} m{cap:.3f}".rjust(width))
+            rows.setdefault(r["policy"], []).append((halves[t["trace"]], r["ratio"], r["driver_ms"], tail or 0.0))
         print(f"{t['trace']:17} {halves[t['trace']]:6} " + " ".join(cells))
-    print("\n(ratio, modelled driver ms, min capacity / peak live)\n")
+    print("\n(ratio, modelled driver ms" + (", of it in the second half" if args.steady else "")
+          + ", min capacity / peak live)\n")
     for policy, r in rows.items():
         for half in ("tune", "report"):
             ratios = [x[1] for x in r if x[0] == half]
             ms = sum(x[2] for x in r if x[0] == half)
+            tail = f"  second halves {sum(x[3] for x in r if x[0] == half):7.1f}" if args.steady else ""
             print(f"{policy[:30]:30} {half:6} median {statistics.median(ratios):.3f} max {max(ratios):.3f} "
-                  f"over 1.05: {sum(x > 1.05 for x in ratios):2}  driver ms {ms:7.1f}")
+                  f"over 1.05: {sum(x > 1.05 for x in ratios):2}  driver ms {ms:7.1f}{tail}")
+
+
+def replay(args, paths):
+    """`rocmguard replay --json` of every policy over `paths`."""
+    cmd = [args.rocmguard, "replay", "--json"]
+    for policy in args.policies:
+        cmd += ["--policy", policy]
+    return json.loads(subprocess.run(cmd + paths, capture_output=True, text=True, check=True).stdout)
+
+
+def first_half(path, tmp):
+    """The first half of the trace's rows (its header kept), as a file in tmp. Replaying it
+    leaves the pool as the whole trace's replay has it at that row: the replay is deterministic."""
+    lines = gzip.open(path, "rt").read().splitlines(True)
+    out = Path(tmp) / Path(path).name
+    with gzip.open(out, "wt") as f:
+        f.writelines(lines[: len(lines) // 2])
+    return str(out)
 
 
 if __name__ == "__main__":
