@@ -78,10 +78,6 @@ pub const WARMUP_SEGMENT: u64 = 256 << 20;
 /// No block, segment or mapping: the end of a list.
 const NIL: u32 = u32::MAX;
 
-/// `n` rounded up to a multiple of `to`, a power of two (granules, segments, pages): a mask,
-/// not a division, since every pooled allocation rounds its size. Saturates at the largest
-/// multiple.
-#[inline]
 /// Runs one device call and adds its wall time to `total` (microseconds): what the pool's calls
 /// cost the program, measured, beside the replay's model of them.
 fn timed<T>(total: &mut u64, call: impl FnOnce() -> T) -> T {
@@ -91,6 +87,10 @@ fn timed<T>(total: &mut u64, call: impl FnOnce() -> T) -> T {
     out
 }
 
+/// `n` rounded up to a multiple of `to`, a power of two (granules, segments, pages): a mask,
+/// not a division, since every pooled allocation rounds its size. Saturates at the largest
+/// multiple.
+#[inline]
 fn round_up(n: u64, to: u64) -> u64 {
     debug_assert!(to.is_power_of_two());
     n.saturating_add(to - 1) & !(to - 1)
