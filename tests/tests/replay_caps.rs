@@ -1,17 +1,28 @@
 //! A cap the program fits in without one never fails it: every trace of `data/traces/` replayed
 //! through the default pool, with virtual segments and with plain ones (`vmm=0`, where the
-//! device's virtual memory fails its check), on a device exactly as large as that pool's own
-//! peak reserved completes, with no allocation refused. A pool whose placement changes near the
-//! cap (a trim threshold below 1, address space no bigger than the cap) broke this on 6 of the
-//! 23 traces with virtual segments and 5 with plain ones.
+//! device's virtual memory fails its check), and with the finer pieces `rocmguard tune` names,
+//! on a device exactly as large as that pool's own peak reserved completes, with no allocation
+//! refused. A pool whose placement changes near the cap (a trim threshold below 1, address
+//! space no bigger than the cap) broke this on 6 of the 23 traces with virtual segments and 5
+//! with plain ones; looking for idle mapped memory inside every free block (the branch
+//! `least-mapping-search`) broke it on framepack with 8 and 2 MiB pieces.
 
 use rocmguard_cli::replay::load;
 use rocmguard_cli::replay::policy::{self, Policy, UNLIMITED};
+use rocmguard_cli::tune::search::PIECE_SIZES;
 use rocmguard_tests::root;
 
 #[test]
 fn every_trace_completes_at_a_cap_of_its_own_peak() {
-    let pools = ["rocmguard", "rocmguard:vmm=0"].map(|p| Policy::parse(p).unwrap());
+    // The default, plain segments, and each piece size `rocmguard tune` may name for a run that
+    // does not fit with the default's.
+    let mut pools = vec![Policy::parse("rocmguard:vmm=0").unwrap()];
+    for piece in PIECE_SIZES {
+        let spec = piece.map_or("rocmguard".into(), |p| {
+            format!("rocmguard:piece_size={}", p)
+        });
+        pools.push(Policy::parse(&spec).unwrap());
+    }
     let mut failed = Vec::new();
     let mut traces = 0;
     let mut files: Vec<_> = std::fs::read_dir(root().join("data/traces"))
