@@ -4,8 +4,9 @@
 //! on a device exactly as large as that pool's own peak reserved completes, with no allocation
 //! refused. A pool whose placement changes near the cap (a trim threshold below 1, address
 //! space no bigger than the cap) broke this on 6 of the 23 traces with virtual segments and 5
-//! with plain ones; looking for idle mapped memory inside every free block (the branch
-//! `least-mapping-search`) broke it on framepack with 8 and 2 MiB pieces.
+//! with plain ones; looking for idle mapped memory inside every free block, ties broken by
+//! block size (the first version of the branch `least-mapping-search`), broke it on framepack
+//! with 8 and 2 MiB pieces.
 
 use rocmguard_cli::replay::load;
 use rocmguard_cli::replay::policy::{self, Policy, UNLIMITED};
