@@ -38,9 +38,9 @@ def main():
     if args.steady:
         with tempfile.TemporaryDirectory() as tmp:
             firsts = [first_half(path, tmp) for path in paths]
-            for t, w, f in zip(out["traces"], out["traces"], replay(args, firsts)["traces"]):
+            for w, f in zip(out["traces"], replay(args, firsts)["traces"]):
                 for rw, rf in zip(w["policies"], f["policies"]):
-                    second[(t["trace"], rw["policy"])] = rw["driver_ms"] - rf["driver_ms"]
+                    second[(w["trace"], rw["policy"])] = rw["driver_ms"] - rf["driver_ms"]
     rows = {}
     width = 34 if args.steady else 27
     print(f"{'trace':17} {'half':6} " + " ".join(f"{p[:width]:>{width}}" for p in args.policies))

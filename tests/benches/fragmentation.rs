@@ -80,11 +80,7 @@ fn main() {
     );
     for ((half, vmm, reuse), mut r) in ratios {
         r.sort_by(f64::total_cmp);
-        let median = if r.len() % 2 == 1 {
-            r[r.len() / 2]
-        } else {
-            (r[r.len() / 2 - 1] + r[r.len() / 2]) / 2.0
-        };
+        let median = rocmguard_tests::median(&r);
         let over = r.iter().filter(|&&x| x > 1.05).count();
         let max = r[r.len() - 1];
         println!(

@@ -239,3 +239,13 @@ pub fn exit_table_column(stderr: &str, column: &str) -> u64 {
     let words: Vec<&str> = row.split_whitespace().collect();
     words[words.len() - (header.len() - i)].parse().unwrap()
 }
+
+/// The median of `sorted` (ascending, not empty): the corpus summaries' figure per half.
+pub fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}

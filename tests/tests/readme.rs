@@ -125,10 +125,10 @@ fn expected_corpus_table() -> String {
              median {:.3}, max {:.3}, {} over 1.10.\n",
             half.to_uppercase(),
             pool.len(),
-            median(&pool),
+            rocmguard_tests::median(&pool),
             pool[pool.len() - 1],
             pool.iter().filter(|&&r| r > 1.05).count(),
-            median(&plain),
+            rocmguard_tests::median(&plain),
             plain[plain.len() - 1],
             plain.iter().filter(|&&r| r > 1.10).count(),
         ));
@@ -138,15 +138,6 @@ fn expected_corpus_table() -> String {
         slower.join(", ")
     ));
     table
-}
-
-fn median(sorted: &[f64]) -> f64 {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    }
 }
 
 #[test]
