@@ -118,6 +118,29 @@ fn a_cap_of_zero_refuses_everything_either_way() {
     }
 }
 
+/// A refusal that the program's own memory does not explain says so: a user can lower what
+/// the program holds for the one, and should report the other. A small block keeps a page of
+/// its own; a 3 MiB block needs two more, past a 4 MiB cap, though 3.25 MiB live would fit.
+#[test]
+fn a_refusal_says_whether_the_program_or_the_pool_passed_the_cap() {
+    for vmm in ["1", "0"] {
+        let s = guarded(
+            "guard_refusals",
+            &["1", "3", "256"],
+            &[("ROCMGUARD_VRAM_LIMIT", "4MiB"), ("ROCMGUARD_VMM", vmm)],
+        );
+        s.succeeded();
+        assert_eq!((s.num("granted"), s.num("refused")), (0, 1), "vmm={}", vmm);
+        let err = s.stderr();
+        assert!(
+            err.contains("over the cap: the program holds 256.0 KiB, so this fits, but the pool's free memory under the cap is in pieces too small for it"),
+            "vmm={}: {}",
+            vmm,
+            err
+        );
+    }
+}
+
 /// A cap above the device is lowered to the device, and that is said once naming both.
 #[test]
 fn a_cap_above_the_device_is_said_once() {
@@ -153,6 +176,11 @@ fn refusals_are_logged_once_then_summed_at_exit() {
     assert_eq!((s.num("granted"), s.num("refused")), (100, 200));
     let err = s.stderr();
     assert_eq!(err.matches("refused 1.0 MiB").count(), 1, "{}", err);
+    assert!(
+        err.contains("over the cap: the program holds 100.0 MiB and asks 1.0 MiB more"),
+        "{}",
+        err
+    );
     assert!(
         err.contains("dev0: 200 allocations refused in all (200 over the cap, 0 larger than the whole cap), 199 more than logged"),
         "{}",
