@@ -6,8 +6,8 @@ use std::sync::MutexGuard;
 
 use super::state::{Backing, Fit, Kind, State};
 use super::{
-    round_up, timed, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, SEGMENT,
-    SMALL_REQUEST, WARMUP_SEGMENT,
+    round_up, timed, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, PEAK_SLACK,
+    SEGMENT, WARMUP_SEGMENT,
 };
 use crate::source::DeviceSource;
 
@@ -285,12 +285,14 @@ impl<S: DeviceSource> Pool<S> {
     }
 
     /// What reserved (with external) may reach when the device gives `need` more bytes: the
-    /// peak so far, within the trim threshold and the cap.
+    /// peak so far or [`PEAK_SLACK`] past the peak live, within the trim threshold and the cap.
     pub(super) fn growth_limit(&self, st: &State, need: u64) -> u64 {
         let cap = st.stats.cap;
         let threshold = (self.options.trim_threshold * cap as f64) as u64;
+        let live = st.stats.peak_live;
         st.stats
             .peak_reserved
+            .max(live + (live / PEAK_SLACK).max(SEGMENT))
             .max(need)
             .min(threshold.max(need))
             .min(cap)
@@ -303,17 +305,13 @@ impl<S: DeviceSource> Pool<S> {
 
     /// Adds a segment that can serve `rounded` bytes, within cap, headroom and threshold.
     fn grow(&self, st: &mut State, rounded: u64) -> Result<u32, AllocError> {
+        let kind = st.kind_for(rounded);
         if st.virtual_memory {
-            match self.grow_virtual(st, rounded) {
+            match self.grow_virtual(st, rounded, kind) {
                 Some(block) => return Ok(block),
                 None => self.give_up_virtual_memory(st),
             }
         }
-        let kind = if rounded <= SMALL_REQUEST {
-            Kind::Small
-        } else {
-            Kind::Large
-        };
         let minimal = round_up(rounded, SEGMENT);
         let preferred = if kind == Kind::Small {
             SEGMENT
@@ -368,7 +366,7 @@ impl<S: DeviceSource> Pool<S> {
             return;
         }
         if st.virtual_memory {
-            match self.grow_virtual(st, warmup) {
+            match self.grow_virtual(st, warmup, Kind::Large) {
                 Some(block) => {
                     // Mapped now, handed out later: the mappings stay cached until needed.
                     let at = st.blocks[block as usize].addr;

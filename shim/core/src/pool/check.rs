@@ -80,6 +80,16 @@ impl State {
         self.check_vacancies()?;
         self.check_lists(&n)?;
         let reserved = n.plain_reserved + self.mappings.check(&n.mapping_pages)?;
+        // A small block pins its own page and no more: the small pool's pieces are a page each.
+        for m in self.mappings.iter() {
+            let seg = self.segments[m.seg as usize].as_ref();
+            if seg.map_or(false, |s| s.kind == Kind::Small) && m.size != SEGMENT {
+                return Err(format!(
+                    "a piece of {} bytes at {:#x} in the small pool",
+                    m.size, m.addr
+                ));
+            }
+        }
         let s = &self.stats;
         let sums = [
             ("live", s.live, n.live),
@@ -109,12 +119,6 @@ impl State {
         let kind = seg.kind;
         if seg.size == 0 || seg.size % SEGMENT != 0 || seg.addr % GRANULE != 0 {
             return Err(format!("segment at {:#x} of {} bytes", seg.addr, seg.size));
-        }
-        if seg.pages.is_some() && kind != Kind::Large {
-            return Err(format!(
-                "virtual segment at {:#x} is in the small pool",
-                seg.addr
-            ));
         }
         let (mut at, mut prev, mut i) = (seg.addr, NIL, seg.first);
         let mut pinned = Vec::new();

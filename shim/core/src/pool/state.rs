@@ -17,10 +17,11 @@ const OVERSIZE_SLACK: u64 = 20 << 20;
 /// Which of the two pools a segment belongs to, and so which free index holds its free blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
-    /// 2 MiB segments for requests of at most [`SMALL_REQUEST`], so small blocks never pin a
-    /// large segment.
+    /// Segments for requests of at most [`SMALL_REQUEST`], so small blocks never pin a large
+    /// segment or a piece that a large block left idle: plain ones of 2 MiB, or a virtual one
+    /// mapped a page at a time.
     Small,
-    /// Everything else: plain segments for larger requests and every virtual segment.
+    /// Everything else.
     Large,
 }
 
@@ -198,9 +199,9 @@ impl State {
         }
     }
 
-    /// Which pool serves `rounded` bytes. Virtual segments serve every size.
+    /// Which pool serves `rounded` bytes.
     pub(super) fn kind_for(&self, rounded: u64) -> Kind {
-        if rounded <= SMALL_REQUEST && !self.virtual_memory {
+        if rounded <= SMALL_REQUEST {
             Kind::Small
         } else {
             Kind::Large

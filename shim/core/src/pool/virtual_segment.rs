@@ -176,6 +176,8 @@ impl<S: DeviceSource> Pool<S> {
         ahead: bool,
     ) -> Result<bool, AllocError> {
         let seg = st.blocks[block as usize].seg;
+        // Small blocks are mapped a page a piece, with nothing ahead: what one pins is its page.
+        let small = st.kind(block) == Kind::Small;
         let mut runs = match st.pages(seg) {
             Some(pages) if !pages.is_mapped(at, rounded) => pages.unmapped(at, rounded),
             _ => return Ok(false),
@@ -184,13 +186,17 @@ impl<S: DeviceSource> Pool<S> {
         // removes no block of a virtual segment.
         let need = runs.iter().map(|r| r.1).sum();
         self.make_room(st, need, Some((at, rounded)))?;
-        let extra = if ahead {
+        let extra = if ahead && !small {
             self.room_ahead(st, block, (at, rounded), need, &runs)
         } else {
             0
         };
         let last = runs.len() - 1;
-        let piece = self.options.piece_size;
+        let piece = if small {
+            SEGMENT
+        } else {
+            self.options.piece_size
+        };
         for (i, (addr, size)) in runs.iter_mut().enumerate() {
             let ask = if i == last { *size + extra } else { *size };
             let tokens = match timed(&mut st.stats.device_us, || {
@@ -223,9 +229,8 @@ impl<S: DeviceSource> Pool<S> {
 
     /// How many bytes to map ahead, past the end of `runs` (the unmapped runs under the window
     /// `(at, rounded)` of a request, `need` bytes in all), in free block `block`: what brings
-    /// the piece up to
-    /// [`piece_target`], where those pages are unmapped and free, within the trim threshold
-    /// and the cap (nothing is trimmed for it) and the headroom.
+    /// the piece up to [`piece_target`], where those pages are unmapped and free, within
+    /// [`Pool::growth_limit`] (nothing is trimmed for it) and the headroom.
     fn room_ahead(
         &self,
         st: &State,
@@ -253,10 +258,9 @@ impl<S: DeviceSource> Pool<S> {
             Some(&(addr, size)) if addr == run_end => size,
             _ => return 0,
         };
-        let cap = st.stats.cap;
-        let threshold = (self.options.trim_threshold * cap as f64) as u64;
+        // Memory mapped ahead that set a new peak would sit idle at it.
         let used = st.stats.reserved + st.stats.external + need;
-        let mut extra = free.min(threshold.min(cap).saturating_sub(used));
+        let mut extra = free.min(self.growth_limit(st, need).saturating_sub(used));
         if self.options.headroom > 0 {
             let device_free = self.source.mem_info().map_or(0, |(f, _)| f);
             extra = extra.min(device_free.saturating_sub(need + self.options.headroom));
@@ -264,12 +268,12 @@ impl<S: DeviceSource> Pool<S> {
         extra & !(SEGMENT - 1)
     }
 
-    /// A new virtual segment of [`ADDRESS_SPACE_PER_CAP`] times the cap (up to
+    /// A new virtual segment of pool `kind`, of [`ADDRESS_SPACE_PER_CAP`] times the cap (up to
     /// [`VIRTUAL_SEGMENT`]) and big enough for `rounded`, if the device reserves one; `None`
     /// turns virtual memory off for this pool. A device that refuses that much address space
     /// (none seen; ROCm's limit is untried) is asked for the cap, then for the request alone:
     /// a smaller segment beats losing virtual memory.
-    pub(super) fn grow_virtual(&self, st: &mut State, rounded: u64) -> Option<u32> {
+    pub(super) fn grow_virtual(&self, st: &mut State, rounded: u64, kind: Kind) -> Option<u32> {
         let cap = st.stats.cap;
         let space = cap
             .saturating_mul(ADDRESS_SPACE_PER_CAP)
@@ -284,7 +288,7 @@ impl<S: DeviceSource> Pool<S> {
             tried = size;
             if let Ok(addr) = timed(&mut st.stats.device_us, || self.source.reserve(size)) {
                 let pages = Some(Pages::new(addr, size));
-                return Some(st.add_segment(addr, size, Kind::Large, pages));
+                return Some(st.add_segment(addr, size, kind, pages));
             }
         }
         None
