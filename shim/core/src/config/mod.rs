@@ -216,8 +216,8 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "piece_size",
-        example: "16MiB",
-        default: "128MiB",
+        example: "8MiB",
+        default: "16MiB",
         help: "Largest piece of device memory a virtual segment maps at once, and so the most that one long-lived block can keep from going back: smaller pieces bring peak memory closer to what the program holds, at the cost of more driver calls (a multiple of 2 MiB).",
         set: |c, v| {
             let b = parse_size(v)?;

@@ -55,7 +55,7 @@ fn switches_are_the_boolean_keys() {
 #[test]
 fn defaults_come_from_the_table() {
     let c = Config::default();
-    assert_eq!(c.piece_size, 128 << 20);
+    assert_eq!(c.piece_size, 16 << 20);
     assert_eq!(c.vram_limit, None);
     assert_eq!(c.trim_threshold, 1.0);
     assert_eq!(c.retries, 3);
@@ -180,7 +180,7 @@ fn a_piece_size_is_whole_pages() {
     assert_eq!(c.piece_size, 16 << 20);
     for bad in ["3MiB", "0", "1000"] {
         let (c, w) = Config::from_vars(vec![("ROCMGUARD_PIECE_SIZE", bad)]);
-        assert_eq!(c.piece_size, 128 << 20, "{}: the default stays", bad);
+        assert_eq!(c.piece_size, 16 << 20, "{}: the default stays", bad);
         assert!(w.len() == 1 && w[0].contains("2 MiB"), "{}: {:?}", bad, w);
     }
 }
