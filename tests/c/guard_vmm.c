@@ -171,11 +171,12 @@ static void handles(int n) {
     printf("created %d\ncode %d\n", made, e);
 }
 
-/* A trim after a large block is freed while a small one stays in the same reserved range:
- * how much of the device's free memory comes back (hipMemPoolTrimTo(0) trims the pool). */
+/* A trim after a large block is freed while a smaller one stays in the same reserved range (2
+ * MiB: blocks of up to 1 MiB have a range of their own): how much of the device's free memory
+ * comes back (hipMemPoolTrimTo(0) trims the pool). */
 static void trim(void) {
     void *small = NULL, *large = NULL;
-    OK(hipMalloc(&small, 1 * MiB));
+    OK(hipMalloc(&small, 2 * MiB));
     OK(hipMalloc(&large, 600 * MiB));
     size_t before = free_now();
     hipMemPool_t pool = NULL;

@@ -35,16 +35,17 @@ fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("{} is not a count", v))
 }
 
-/// 64 MiB (a) and 64 MiB (b); a freed; 40 MiB (x) and 256 KiB (pin, never freed) in turn where
-/// a was; x freed; 64 MiB (c); then b and c freed. The pool's piece of a keeps the small block,
-/// so c needs a piece of its own.
+/// 64 MiB (a) and 64 MiB (b); a freed; 40 MiB (x) and 4 MiB (pin, never freed) in turn where
+/// a was; x freed; 64 MiB (c); then b and c freed. The pool's piece under the pin stays mapped
+/// (one of the default size), so c needs pieces of its own; PyTorch's whole segment of a
+/// stays.
 fn pinning_trace(dir: &Path) -> std::path::PathBuf {
     let rows = [
         (Action::Allocate, 0xa000_0000, 64 * MIB),
         (Action::Allocate, 0xb000_0000, 64 * MIB),
         (Action::Free, 0xa000_0000, 64 * MIB),
         (Action::Allocate, 0xe000_0000, 40 * MIB),
-        (Action::Allocate, 0xc000_0000, 256 << 10),
+        (Action::Allocate, 0xc000_0000, 4 * MIB),
         (Action::Free, 0xe000_0000, 40 * MIB),
         (Action::Allocate, 0xd000_0000, 64 * MIB),
         (Action::Free, 0xb000_0000, 64 * MIB),
@@ -70,34 +71,39 @@ fn the_block_that_pins_a_piece_is_named_with_its_lifetime() {
     let file = pinning_trace(dir.path());
     let report = layouts(&["--policy", "rocmguard", "--policy", "pytorch"], &file);
 
+    let piece = rocmguard_core::Config::default().piece_size;
     let pool = policy(&report, "rocmguard");
     let at = &pool["peak_layout"];
     assert_eq!(u(&at["reserved"]), u(&pool["peak_reserved"]), "{}", at);
     assert_eq!(u(&at["event"]), 7, "the peak is c's allocation: {}", at);
     assert_eq!(u(&at["events"]), 9);
-    assert_eq!(u(&at["live"]), 128 * MIB + (256 << 10));
-    assert_eq!(u(&at["reserved"]), 192 * MIB, "three 64 MiB pieces: {}", at);
-    assert_eq!(u(&at["units"]), 3);
+    assert_eq!(u(&at["live"]), 132 * MIB);
+    assert_eq!(
+        u(&at["reserved"]),
+        128 * MIB + piece,
+        "b, c and the pin's piece: {}",
+        at
+    );
+    assert_eq!(u(&at["units"]), 128 * MIB / piece + 1);
     assert_eq!(u(&at["units_with_idle"]), 1);
-    assert_eq!(u(&at["idle"]), 64 * MIB - (256 << 10));
+    assert_eq!(u(&at["idle"]), piece - 4 * MIB);
     let top = &at["top"][0];
     assert_eq!(top["kind"], "piece");
-    assert_eq!(u(&top["size"]), 64 * MIB);
-    assert_eq!(u(&top["idle"]), 64 * MIB - (256 << 10));
+    assert_eq!(u(&top["size"]), piece);
+    assert_eq!(u(&top["idle"]), piece - 4 * MIB);
     assert_eq!((u(&top["blocks"]), u(&top["never_freed"])), (1, 1));
     let pin = &top["largest"];
-    assert_eq!(u(&pin["size"]), 256 << 10);
+    assert_eq!(u(&pin["size"]), 4 * MIB);
     assert_eq!(u(&pin["age"]), 2, "allocated two events before the peak");
     assert!(pin["freed_after"].is_null(), "never freed: {}", pin);
 
-    // PyTorch's cache gives the small block a 2 MiB segment of its own, first reaching its
-    // peak there, with x in a's segment (c later takes all of it).
+    // PyTorch's cache puts x and the pin in a's segment, which the pin keeps whole.
     let torch = policy(&report, "pytorch");
     let at = &torch["peak_layout"];
     assert_eq!(u(&at["reserved"]), u(&torch["peak_reserved"]), "{}", at);
     assert_eq!(
         (u(&at["event"]), u(&at["reserved"])),
-        (5, 130 * MIB),
+        (7, 192 * MIB),
         "{}",
         at
     );
@@ -114,17 +120,7 @@ fn the_block_that_pins_a_piece_is_named_with_its_lifetime() {
     };
     assert_eq!(
         top.iter().map(row).collect::<Vec<_>>(),
-        vec![
-            ("segment".to_string(), 64 * MIB, 24 * MIB, 1, 0, Some(1)),
-            (
-                "segment".to_string(),
-                2 * MIB,
-                2 * MIB - (256 << 10),
-                1,
-                1,
-                None
-            ),
-        ],
+        vec![("segment".to_string(), 64 * MIB, 60 * MIB, 1, 1, None)],
         "{}",
         at
     );
@@ -163,7 +159,9 @@ fn a_block_freed_later_says_when_and_the_table_shows_the_layout() {
     let table = text(&out);
     assert!(out.status.success(), "{}", table);
     assert!(
-        table.contains("rocmguard at its peak:") && table.contains("never freed"),
+        table.contains("rocmguard at its peak:")
+            && table.contains("largest block there")
+            && table.contains("events later"),
         "{}",
         table
     );

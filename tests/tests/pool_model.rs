@@ -53,7 +53,6 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 const DEVICE: u64 = 1 << 30;
-/// `piece_size`'s default.
 
 /// A pool's figures without the wall time of its device calls: what two pools that decide
 /// alike agree on.
@@ -412,7 +411,10 @@ fn a_small_request_spares_an_idle_piece() {
     let big = pool.alloc(64 * MIB).unwrap();
     pool.free(big);
     let small = pool.alloc(4096).unwrap();
-    assert!(!(big..big + 64 * MIB).contains(&small), "not in the idle piece");
+    assert!(
+        !(big..big + 64 * MIB).contains(&small),
+        "not in the idle piece"
+    );
     pool.trim_to(0);
     pool.check_invariants().unwrap();
     assert_eq!(pool.stats().reserved, 2 * MIB, "the idle piece went back");

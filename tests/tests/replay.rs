@@ -77,8 +77,9 @@ fn ratio(p: &Value) -> f64 {
 /// Traces of workloads nobody tuned the pool for, captured on the H100 with
 /// `scripts/gpu/capture_traces.py` (data/traces/README.md): the figures the README gives, so a
 /// change to the pool that moves them shows here, with the device calls (pieces mapped and
-/// given back) against PyTorch's (its segment rows). LoRA with activation checkpointing
-/// (1.0726) is above the 1.05 target, and is reported as such.
+/// given back) against PyTorch's (its segment rows): since small blocks have a pool of their
+/// own and pieces are 16 MiB (2026-11-26), every one is under the 1.05 target (LoRA with
+/// activation checkpointing was 1.0726) for about three times PyTorch's device calls.
 #[test]
 fn captured_traces_of_untuned_workloads_keep_their_figures() {
     let dir = shared_traces();
@@ -90,10 +91,10 @@ fn captured_traces_of_untuned_workloads_keep_their_figures() {
     let report = replay_json(&[], &refs);
     // name, peak live, PyTorch's ratio, ours, our device calls, PyTorch's.
     for (name, peak_live, torch, ours, calls, torch_calls) in [
-        ("moe", 4_969_152_672u64, 1.2247, 1.0450, 163, 283),
-        ("decode", 142_852_096, 1.1010, 1.0276, 15, 16),
-        ("unet", 168_212_016, 1.1719, 1.0473, 19, 20),
-        ("lora", 1_603_289_112, 1.2060, 1.0726, 94, 94),
+        ("moe", 4_969_152_672u64, 1.2247, 1.0344, 377, 283),
+        ("decode", 142_852_096, 1.1010, 1.0130, 37, 16),
+        ("unet", 168_212_016, 1.1719, 1.0348, 75, 20),
+        ("lora", 1_603_289_112, 1.2060, 1.0438, 287, 94),
     ] {
         let t = trace(&report, name);
         assert_eq!(u(&t["peak_live"]), peak_live, "{}", name);
@@ -146,8 +147,8 @@ fn a_real_cache_off_run_recorded_by_the_shim_stays_under_the_target() {
         TARGET
     );
     assert!(
-        (g - 1.0320).abs() < 0.0015,
-        "gpt2_nocache: rocmguard {:.4} vs 1.0320",
+        (g - 1.0180).abs() < 0.0015,
+        "gpt2_nocache: rocmguard {:.4} vs 1.0180",
         g
     );
 }
@@ -183,17 +184,17 @@ fn shared_traces_reproduce_the_readme() {
     // peak live to the byte; PyTorch's own peak reserved / peak live; the README's cost of
     // 2 MiB rounding with small requests packed perfectly (our passthrough model); the README's
     // figure for the pool with default settings.
-    // ... and the pool's device calls against PyTorch's: more on gpt2_train and
-    // model_swap_video (issue 15's target is no more; not met there yet).
+    // ... and the pool's device calls against PyTorch's: more on all three since pieces are
+    // 16 MiB (issue 15's target is no more; docs/benchmarks.md, session 13).
     for (name, peak_live, torch, rounding, ours, live_at_end, calls, torch_calls) in [
         (
             "gpt2_train",
             13_594_206_920u64,
             1.123,
             1.019,
-            1.0285,
+            1.0152,
             3,
-            224,
+            1267,
             154,
         ),
         (
@@ -201,9 +202,9 @@ fn shared_traces_reproduce_the_readme() {
             3_192_592_912,
             1.117,
             1.062,
-            1.0103,
+            1.0096,
             3,
-            79,
+            262,
             118,
         ),
         (
@@ -211,9 +212,9 @@ fn shared_traces_reproduce_the_readme() {
             1_077_977_344,
             1.832,
             1.033,
-            1.0408,
+            1.0369,
             2,
-            80,
+            141,
             63,
         ),
     ] {
@@ -265,8 +266,10 @@ fn shared_traces_reproduce_the_readme() {
             g,
             ours
         );
+        // Pooled: memory is reused, not given back and made again (growing to 13 GiB in 16 MiB
+        // pieces maps 850 of them on gpt2_train, one a growth, not a churn).
         assert!(
-            u(&pool["source_allocs"]) < u(&t["allocs"]) / 10,
+            u(&pool["source_frees"]) < u(&t["allocs"]) / 10,
             "{}: pooled",
             name
         );
