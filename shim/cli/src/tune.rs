@@ -27,7 +27,7 @@ const CLEAR_MARGIN: f64 = 0.02;
 max_split_size_mb (unset, 512, 256, 128, 64), roundup_power2_divisions (unset, 4, 8) and, with
 --capacity, garbage_collection_threshold (unset, 0.6, 0.8; PyTorch applies it only under a
 memory fraction below 1, so it is tried with per_process_memory_fraction:0.99), and rocmguard's
-pool with PyTorch's cache off, at its default piece size (128 MiB) and at 32, 8 and 2 MiB.
+pool with PyTorch's cache off, at its default piece size (16 MiB) and at 8, 4 and 2 MiB.
 
 Ranked by: completing every trace at --capacity, then peak reserved / peak live (the mean over
 the traces), then the smallest device that completes them, then driver calls; of equals, the
