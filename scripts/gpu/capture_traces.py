@@ -10,8 +10,8 @@ Workloads: the TUNE half's moe, decode, unet, lora (workloads.py) and the REPORT
 
 Usage:
   capture_traces.py OUTDIR [--steps N] [--only a,b]     record traces in this process
-  capture_traces.py --corpus OUTDIR [--jobs 8] [--deadline S]
-      every REPORT workload recorded (default settings) and measured in separate processes with
+  capture_traces.py --corpus OUTDIR [--jobs 8] [--deadline S] [--names a,b]
+      every REPORT workload (or those named) recorded (default settings) and measured in separate processes with
       the default settings and with expandable_segments:True, the TUNE half's moe, decode, unet
       and lora measured both ways; processes run side by side on the one GPU (each measures its
       own peaks); OUTDIR gets the traces, logs/ and figures.json
@@ -114,15 +114,19 @@ def child(args):
     print(RESULT_TAG, json.dumps(result), flush=True)
 
 
-def tasks():
+def tasks(names=None):
     """(name, mode, alloc conf), in launch order: the compiled model first (its measuring runs
-    then find Inductor's cache warm), recordings before measurements."""
+    then find Inductor's cache warm), recordings before measurements; only `names` where given
+    (a REPORT workload is recorded and measured, a TUNE one measured)."""
     import corpus_workloads
 
     report = sorted(corpus_workloads.CORPUS, key=lambda n: n != "compiled_gpt")
+    tune = list(TUNE_STEPS)
+    if names:
+        report, tune = [n for n in report if n in names], [n for n in tune if n in names]
     out = [(n, "capture", "") for n in report]
     for conf in (EXPANDABLE, ""):
-        out += [(n, "measure", conf) for n in report + list(TUNE_STEPS)]
+        out += [(n, "measure", conf) for n in report + tune]
     return out
 
 
@@ -179,7 +183,7 @@ def corpus(args):
     """Every task in its own process (run_processes), then figures.json and a summary."""
     me = os.path.abspath(__file__)
     runs = []
-    for name, mode, conf in tasks():
+    for name, mode, conf in tasks(args.names.split(",") if args.names else None):
         tag = f"{name}.{mode}.{'expandable' if conf else 'default'}"
         argv = [sys.executable, me, args.corpus, "--one", name, "--mode", mode]
         runs.append((tag, argv, child_env(conf), (name, mode, conf)))
@@ -218,6 +222,7 @@ def main():
     p.add_argument("--steps", type=int, default=0, help="steps (default: the workload's own)")
     p.add_argument("--only", default="moe,decode,unet,lora")
     p.add_argument("--corpus", metavar="OUTDIR")
+    p.add_argument("--names", help="with --corpus: only these workloads (comma-separated)")
     p.add_argument("--jobs", type=int, default=8)
     p.add_argument("--deadline", type=float, default=440.0, help="seconds before running children are killed")
     p.add_argument("--one")

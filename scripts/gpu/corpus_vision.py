@@ -354,10 +354,82 @@ def build_framepack(device, seed=0):
     return step
 
 
+def gan_pair(px, z=128):
+    """A DCGAN generator (z -> px x px x 3, transposed convolutions from 512 channels down) and
+    its discriminator (strided convolutions back up), for px a power of two from 32."""
+    ups = int(math.log2(px // 4))
+    chans = [min(512, 32 << (ups - i)) for i in range(ups + 1)]
+    g = [nn.ConvTranspose2d(z, chans[0], 4, 1, 0), nn.BatchNorm2d(chans[0]), nn.ReLU()]
+    for a, b in zip(chans, chans[1:]):
+        g += [nn.ConvTranspose2d(a, b, 4, 2, 1), nn.BatchNorm2d(b), nn.ReLU()]
+    g += [nn.Conv2d(chans[-1], 3, 3, 1, 1), nn.Tanh()]
+    d = [nn.Conv2d(3, chans[-1], 3, 1, 1), nn.LeakyReLU(0.2)]
+    for a, b in zip(chans[::-1], chans[::-1][1:]):
+        d += [nn.Conv2d(a, b, 4, 2, 1), nn.BatchNorm2d(b), nn.LeakyReLU(0.2)]
+    d += [nn.Conv2d(chans[0], 1, 4, 1, 0), nn.Flatten()]
+    return nn.Sequential(*g), nn.Sequential(*d)
+
+
+def build_gan_train(device, seed=0):
+    """Two DCGANs trained in turn, at 64 and at 128 px (generator and discriminator of 32..512
+    channels each), batch 32..128 a step, one discriminator and one generator update a step,
+    Adam, bf16 autocast. Added 2026-11-26 (session 13), after the pool's constants of that day
+    were set."""
+    rng = random.Random(seed)
+    pairs = {}
+    for px in (64, 128):
+        g, d = gan_pair(px)
+        g, d = g.to(device), d.to(device)
+        pairs[px] = (g, d, torch.optim.Adam(g.parameters(), 2e-4, betas=(0.5, 0.999)),
+                     torch.optim.Adam(d.parameters(), 2e-4, betas=(0.5, 0.999)))
+
+    def step():
+        px, batch = rng.choice((64, 128)), rng.choice((32, 64, 96, 128))
+        g, d, opt_g, opt_d = pairs[px]
+        real = torch.randn(batch, 3, px, px, device=device).clamp(-1, 1)
+        z = torch.randn(batch, 128, 1, 1, device=device)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            fake = g(z)
+            loss_d = F.softplus(-d(real)).mean() + F.softplus(d(fake.detach())).mean()
+        opt_d.zero_grad(set_to_none=True)
+        loss_d.backward()
+        opt_d.step()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss_g = F.softplus(-d(fake)).mean()
+        opt_g.zero_grad(set_to_none=True)
+        loss_g.backward()
+        opt_g.step()
+
+    step.reseed = rng.seed
+    return step
+
+
+def build_cnn_serve(device, seed=0):
+    """A ResNet-18 classifier (torchvision's layout, random weights, fp16) answering requests
+    one batch at a time: 1..48 images of 96..320 px a request, 24 requests a step, no grad: a
+    small program whose peak is its activations. Added 2026-11-26 (session 13), after the
+    pool's constants of that day were set."""
+    import torchvision
+
+    model = torchvision.models.resnet18(weights=None).to(device).half().eval()
+    rng = random.Random(seed)
+
+    @torch.no_grad()
+    def step():
+        for _ in range(24):
+            batch, side = rng.randrange(1, 49), rng.randrange(96, 321, 32)
+            model(torch.randn(batch, 3, side, side, device=device, dtype=torch.half)).argmax(-1)
+
+    step.reseed = rng.seed
+    return step
+
+
 CORPUS = {
     "dit_multires": (build_dit_multires, 12),
     "unet_infer": (build_unet_infer, 6),
     "vit_multires": (build_vit_multires, 16),
     "convnext_train": (build_convnext_train, 10),
     "framepack": (build_framepack, 3),
+    "gan_train": (build_gan_train, 12),
+    "cnn_serve": (build_cnn_serve, 8),
 }

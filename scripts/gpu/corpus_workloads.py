@@ -494,6 +494,54 @@ def build_int8_infer(device, seed=0):
     return step
 
 
+def build_beam_search(device, seed=0):
+    """A GPT-2-small-sized LM (12 x 768, fp16) answering requests by beam search, 4 beams: 4
+    prompts of 32..384 tokens a request, 24..96 new tokens, each layer's KV cache grown by
+    concatenation every token and reordered to the surviving beams (index_select); one request
+    a step. Added 2026-11-26 (session 13), after the pool's constants of that day were set."""
+    model = LM(50257, 768, 12, 12).to(device).half().eval()
+    rng = random.Random(seed)
+    beams, prompts = 4, 4
+
+    def forward(tokens, cache):
+        """Logits of the last position of `tokens` after `cache` (per layer (k, v) or None)."""
+        start = 0 if cache[0] is None else cache[0][0].shape[2]
+        t = tokens.shape[1]
+        x = model.embed(tokens) + model.pos(torch.arange(start, start + t, device=device))
+        for i, blk in enumerate(model.blocks):
+            a, h = blk.attn, blk.ln1(x)
+            n, _, d = h.shape
+            q = a.q(h).view(n, t, a.heads, d // a.heads).transpose(1, 2)
+            k, v = (z.transpose(1, 2) for z in a.kv(h).view(n, t, 2, a.heads, d // a.heads).unbind(2))
+            if cache[i] is not None:
+                k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
+            cache[i] = (k, v)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=start == 0 and t > 1)
+            x = x + a.o(y.transpose(1, 2).reshape(n, t, d))
+            x = x + blk.mlp(blk.ln3(x))
+        return F.linear(model.ln(x[:, -1]), model.embed.weight)
+
+    @torch.no_grad()
+    def step():
+        plen, new = rng.randrange(32, 385, 16), rng.randrange(24, 97, 8)
+        cache = [None] * len(model.blocks)
+        logp = forward(torch.randint(0, 50257, (prompts, plen), device=device), cache).float().log_softmax(-1)
+        scores, tok = logp.topk(beams, -1)
+        cache[:] = [(k.repeat_interleave(beams, 0), v.repeat_interleave(beams, 0)) for k, v in cache]
+        scores, tok = scores.reshape(-1), tok.reshape(-1, 1)
+        base = torch.arange(prompts, device=device).unsqueeze(1) * beams
+        for _ in range(new - 1):
+            logp = forward(tok, cache).float().log_softmax(-1)
+            vocab = logp.shape[1]
+            scores, flat = (scores.unsqueeze(1) + logp).view(prompts, -1).topk(beams, -1)
+            origin = (flat // vocab + base).reshape(-1)
+            scores, tok = scores.reshape(-1), (flat % vocab).reshape(-1, 1)
+            cache[:] = [(k.index_select(0, origin), v.index_select(0, origin)) for k, v in cache]
+
+    step.reseed = rng.seed
+    return step
+
+
 # name -> (builder, steps recorded). Steps keep a trace near or under 100k rows.
 CORPUS = {
     "gpt2m_accum": (build_gpt2m_accum, 3),
@@ -506,5 +554,6 @@ CORPUS = {
     "compiled_gpt": (build_compiled_gpt, 10),
     "mixed_master": (build_mixed_master, 8),
     "int8_infer": (build_int8_infer, 6),
+    "beam_search": (build_beam_search, 6),
     **corpus_vision.CORPUS,
 }
