@@ -82,7 +82,7 @@ impl<S: DeviceSource> Pool<S> {
         if let Some(addr) = self.replayed(&mut st, rounded, size) {
             return (st, Ok(addr));
         }
-        let kind = st.kind_for(rounded);
+        let kind = Kind::serving(rounded);
         match self.serve(&mut st, kind, rounded, size, false) {
             Step::Served(addr) => (st, Ok(addr)),
             step => self.retry_after(st, size, rounded, kind, step),
@@ -119,7 +119,7 @@ impl<S: DeviceSource> Pool<S> {
                     if refused_by_cap(&mut st, rounded) {
                         return (st, Err(AllocError::OverCap));
                     }
-                    let kind = st.kind_for(rounded);
+                    let kind = Kind::serving(rounded);
                     (kind, self.serve(&mut st, kind, rounded, size, synced))
                 }
             };
@@ -305,7 +305,7 @@ impl<S: DeviceSource> Pool<S> {
 
     /// Adds a segment that can serve `rounded` bytes, within cap, headroom and threshold.
     fn grow(&self, st: &mut State, rounded: u64) -> Result<u32, AllocError> {
-        let kind = st.kind_for(rounded);
+        let kind = Kind::serving(rounded);
         if st.virtual_memory {
             match self.grow_virtual(st, rounded, kind) {
                 Some(block) => return Ok(block),

@@ -20,7 +20,7 @@
 //! Only for virtual segments; each pool (small, large) remembers its own requests.
 
 use super::block::BlockState;
-use super::state::State;
+use super::state::{Kind, State};
 use super::Pool;
 use crate::source::DeviceSource;
 
@@ -134,7 +134,7 @@ impl<S: DeviceSource> Pool<S> {
     pub(super) fn replayed(&self, st: &mut State, rounded: u64, size: u64) -> Option<u64> {
         let eligible = st.virtual_memory && st.stats.quarantined == 0;
         let s = &st.stats;
-        let index = &mut st.index[st.kind_for(rounded).slot()];
+        let index = &mut st.index[Kind::serving(rounded).slot()];
         if index.version != index.fast.restored || !(eligible && index.in_place) {
             index.fast.start.version = NONE;
             return None;

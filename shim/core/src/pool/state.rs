@@ -28,6 +28,15 @@ pub(super) enum Kind {
 impl Kind {
     pub(super) const ALL: [Kind; 2] = [Kind::Small, Kind::Large];
 
+    /// Which pool serves `rounded` bytes: the size alone decides, with virtual memory or without.
+    pub(super) fn serving(rounded: u64) -> Kind {
+        if rounded <= SMALL_REQUEST {
+            Kind::Small
+        } else {
+            Kind::Large
+        }
+    }
+
     /// Its slot in [`State::index`].
     pub(super) fn slot(self) -> usize {
         match self {
@@ -196,15 +205,6 @@ impl State {
         match &self.segments[seg] {
             Some(s) => s.kind,
             None => Kind::Large,
-        }
-    }
-
-    /// Which pool serves `rounded` bytes.
-    pub(super) fn kind_for(&self, rounded: u64) -> Kind {
-        if rounded <= SMALL_REQUEST {
-            Kind::Small
-        } else {
-            Kind::Large
         }
     }
 
