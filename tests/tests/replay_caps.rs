@@ -10,7 +10,7 @@
 
 use rocmguard_cli::replay::load;
 use rocmguard_cli::replay::policy::{self, Policy, UNLIMITED};
-use rocmguard_cli::tune::search::PIECE_SIZES;
+use rocmguard_cli::tune::search;
 use rocmguard_tests::root;
 
 #[test]
@@ -18,12 +18,12 @@ fn every_trace_completes_at_a_cap_of_its_own_peak() {
     // The default, plain segments, and each piece size `rocmguard tune` may name for a run that
     // does not fit with the default's.
     let mut pools = vec![Policy::parse("rocmguard:vmm=0").unwrap()];
-    for piece in PIECE_SIZES {
-        let spec = piece.map_or("rocmguard".into(), |p| {
-            format!("rocmguard:piece_size={}", p)
-        });
-        pools.push(Policy::parse(&spec).unwrap());
-    }
+    pools.extend(
+        search::candidates(false)
+            .into_iter()
+            .filter(|c| c.conf.is_none())
+            .map(|c| c.policy),
+    );
     let mut failed = Vec::new();
     let mut traces = 0;
     let mut files: Vec<_> = std::fs::read_dir(root().join("data/traces"))

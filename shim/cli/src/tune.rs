@@ -343,7 +343,7 @@ impl View<'_> {
             pool.candidate.policy.name,
             match self.capacity {
                 UNLIMITED => String::new(),
-                c if c % (1 << 20) == 0 => format!(" --capacity {}MiB", c >> 20),
+                c if c % (1 << 20) == 0 => format!(" --capacity {}", search::mib(c)),
                 c => format!(" --capacity {}", c),
             },
             self.paths.join(" ")

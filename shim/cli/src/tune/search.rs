@@ -25,10 +25,10 @@ pub const GC_FRACTION: f64 = 0.99;
 /// The pool's piece sizes tried, coarsest (fewest driver calls) first; `None` is the default.
 /// Finer pieces need less memory and cost driver calls in every step whose shapes change, so
 /// they are picked only where a capacity asks for them.
-pub const PIECE_SIZES: [Option<u64>; 4] = [None, Some(8 << 20), Some(4 << 20), Some(2 << 20)];
+const PIECE_SIZES: [Option<u64>; 4] = [None, Some(8 << 20), Some(4 << 20), Some(2 << 20)];
 
-/// A piece size as `rocmguard run --piece-size` takes it, one word.
-fn mib(bytes: u64) -> String {
+/// A piece size as `rocmguard run --piece-size` takes it, one word (whole MiB).
+pub(crate) fn mib(bytes: u64) -> String {
     format!("{}MiB", bytes >> 20)
 }
 
