@@ -58,17 +58,18 @@ impl Active {
         if counts[situation as usize].fetch_add(1, Ordering::Relaxed) > 0 {
             return;
         }
+        let held = pool.usage().0;
         let why = match situation {
             // Whether the program itself passed the cap or the pool found no room under it
             // (a user can act on the one, and should report the other).
-            Refusal::OverCap if pool.usage().0.saturating_add(size) > cap => format!(
+            Refusal::OverCap if held.saturating_add(size) > cap => format!(
                 "over the cap: the program holds {} and asks {} more",
-                rocmguard_core::format_size(pool.usage().0),
+                rocmguard_core::format_size(held),
                 rocmguard_core::format_size(size)
             ),
             Refusal::OverCap => format!(
                 "over the cap: the program holds {}, so this fits, but the pool's free memory under the cap is in pieces too small for it",
-                rocmguard_core::format_size(pool.usage().0)
+                rocmguard_core::format_size(held)
             ),
             Refusal::LargerThanCap => format!(
                 "larger than the whole cap of {}",
