@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Vision and staged-pipeline workloads of the REPORT half of the trace corpus (see
-corpus_workloads.py for the contract): DiT training at several resolutions, UNet inference at
-several resolutions, ViT training at four resolutions, ConvNeXt training, and a FramePack-like
-pipeline whose three models take turns on the GPU."""
+"""Vision and staged-pipeline workloads of the trace corpus (see corpus_workloads.py for the
+contract; data/traces/corpus.tsv gives each its half): DiT training at several resolutions, UNet
+inference at several resolutions, ViT training at four resolutions, ConvNeXt training, a
+FramePack-like pipeline whose three models take turns on the GPU, two GANs, CNN serving,
+segmentation inference, multi-scale detection training and VAE decoding."""
 
 import math
 import random
@@ -424,6 +425,137 @@ def build_cnn_serve(device, seed=0):
     return step
 
 
+def conv_block(a, b):
+    """Two 3x3 convolutions with batch norm and ReLU."""
+    return nn.Sequential(nn.Conv2d(a, b, 3, padding=1), nn.BatchNorm2d(b), nn.ReLU(inplace=True),
+                         nn.Conv2d(b, b, 3, padding=1), nn.BatchNorm2d(b), nn.ReLU(inplace=True))
+
+
+class SegNet(nn.Module):
+    """A small segmentation UNet: levels of 32, 64, 128, 256 channels, skips concatenated."""
+
+    def __init__(self, classes=21, chans=(32, 64, 128, 256)):
+        super().__init__()
+        self.down = nn.ModuleList(conv_block(a, b) for a, b in zip((3,) + chans, chans))
+        self.up = nn.ModuleList(conv_block(hi + lo, lo) for hi, lo in zip(chans[:0:-1], chans[-2::-1]))
+        self.head = nn.Conv2d(chans[0], classes, 1)
+
+    def forward(self, x):
+        skips = []
+        for i, blk in enumerate(self.down):
+            x = blk(F.max_pool2d(x, 2) if i else x)
+            skips.append(x)
+        for blk, skip in zip(self.up, skips[-2::-1]):
+            x = blk(torch.cat([F.interpolate(x, scale_factor=2), skip], 1))
+        return self.head(x)
+
+
+def build_seg_infer(device, seed=0):
+    """SegNet inference, fp16, 12 requests a step of 1..4 images at 256..768 px (multiples of
+    64) each, the class map taken: a program whose peak (1.5 GiB on the H100) is its
+    activations. TUNE half, added 2026-11-26 (session 14); its half was fixed before it was
+    first recorded."""
+    model = SegNet().to(device).half().eval()
+    rng = random.Random(seed)
+
+    @torch.inference_mode()
+    def step():
+        for _ in range(12):
+            batch, side = rng.randrange(1, 5), rng.randrange(256, 769, 64)
+            model(torch.randn(batch, 3, side, side, device=device, dtype=torch.half)).argmax(1)
+
+    step.reseed = rng.seed
+    return step
+
+
+class Detector(nn.Module):
+    """ResNet-18 features (torchvision's layout) at strides 8, 16 and 32, a top-down pyramid of
+    128 channels and a shared head of 9 anchors x (4 box + 20 class) outputs per level."""
+
+    def __init__(self):
+        import torchvision
+
+        super().__init__()
+        r = torchvision.models.resnet18(weights=None)
+        self.stem = nn.Sequential(r.conv1, r.bn1, r.relu, r.maxpool, r.layer1, r.layer2)
+        self.c4, self.c5 = r.layer3, r.layer4
+        self.lat = nn.ModuleList(nn.Conv2d(c, 128, 1) for c in (128, 256, 512))
+        self.head = nn.Sequential(conv_block(128, 128), nn.Conv2d(128, 9 * 24, 3, padding=1))
+
+    def forward(self, x):
+        c3 = self.stem(x)
+        c4 = self.c4(c3)
+        c5 = self.c5(c4)
+        p5 = self.lat[2](c5)
+        p4 = self.lat[1](c4) + F.interpolate(p5, size=c4.shape[2:])
+        p3 = self.lat[0](c3) + F.interpolate(p4, size=c3.shape[2:])
+        return [self.head(p) for p in (p3, p4, p5)]
+
+
+def build_det_multiscale(device, seed=0):
+    """Detector training at a side drawn every step from 320..640 px (multiples of 32), batch
+    8, bf16 autocast, SGD with momentum, a regression loss on every output against random
+    targets. REPORT half, added 2026-11-26 (session 14) before the pool was changed that day."""
+    model = Detector().to(device)
+    opt = torch.optim.SGD(model.parameters(), 0.01, momentum=0.9)
+    rng = random.Random(seed)
+
+    def step():
+        side = rng.randrange(320, 641, 32)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            outs = model(torch.randn(8, 3, side, side, device=device))
+            loss = sum(F.smooth_l1_loss(o.float(), torch.randn_like(o, dtype=torch.float)) for o in outs)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    step.reseed = rng.seed
+    return step
+
+
+class VaeResBlock(nn.Module):
+    """Group-normed residual block of a latent-diffusion VAE."""
+
+    def __init__(self, a, b):
+        super().__init__()
+        self.n1, self.c1 = nn.GroupNorm(32, a), nn.Conv2d(a, b, 3, padding=1)
+        self.n2, self.c2 = nn.GroupNorm(32, b), nn.Conv2d(b, b, 3, padding=1)
+        self.skip = nn.Conv2d(a, b, 1) if a != b else nn.Identity()
+
+    def forward(self, x):
+        h = self.c1(F.silu(self.n1(x)))
+        return self.skip(x) + self.c2(F.silu(self.n2(h)))
+
+
+def vae_decoder():
+    """A Stable-Diffusion-like VAE decoder: 4 latent channels up 8x, through 512, 512, 256, 128
+    channels, three residual blocks a level."""
+    layers, a = [nn.Conv2d(4, 512, 3, padding=1), VaeResBlock(512, 512)], 512
+    for i, b in enumerate((512, 512, 256, 128)):
+        layers += [VaeResBlock(a, b), VaeResBlock(b, b), VaeResBlock(b, b)]
+        if i < 3:
+            layers += [nn.Upsample(scale_factor=2), nn.Conv2d(b, b, 3, padding=1)]
+        a = b
+    return nn.Sequential(*layers, nn.GroupNorm(32, 128), nn.SiLU(), nn.Conv2d(128, 3, 3, padding=1))
+
+
+def build_vae_decode(device, seed=0):
+    """The VAE decoder, fp16, decoding 2 latents a step of 32..96 px (256..768 px images) one
+    at a time: few weights, activations of up to a few hundred MiB each. REPORT half, added
+    2026-11-26 (session 14) before the pool was changed that day."""
+    model = vae_decoder().to(device).half().eval()
+    rng = random.Random(seed)
+
+    @torch.inference_mode()
+    def step():
+        for _ in range(2):
+            side = rng.randrange(32, 97, 8)
+            model(torch.randn(1, 4, side, side, device=device, dtype=torch.half)).clamp(-1, 1)
+
+    step.reseed = rng.seed
+    return step
+
+
 CORPUS = {
     "dit_multires": (build_dit_multires, 12),
     "unet_infer": (build_unet_infer, 6),
@@ -432,4 +564,7 @@ CORPUS = {
     "framepack": (build_framepack, 3),
     "gan_train": (build_gan_train, 12),
     "cnn_serve": (build_cnn_serve, 8),
+    "seg_infer": (build_seg_infer, 8),
+    "det_multiscale": (build_det_multiscale, 10),
+    "vae_decode": (build_vae_decode, 6),
 }

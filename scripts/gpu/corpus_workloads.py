@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The REPORT half of the trace corpus (data/traces/corpus.tsv): workloads written so that the
-pool's constants are never chosen on them. Language and sequence models here, vision and staged
-pipelines in corpus_vision.py. Same contract as workloads.py: `build_<name>(device, seed=0)`
+"""Workloads of the trace corpus recorded from the caching allocator's history: the REPORT half
+(data/traces/corpus.tsv), written so that the pool's constants are never chosen on them, and
+the TUNE traces added later (each says so; corpus.tsv is what decides a half). Language and
+sequence models here, vision and staged pipelines in corpus_vision.py. Same contract as workloads.py: `build_<name>(device, seed=0)`
 returns a function that runs one step; seeds are fixed, so every process of one workload runs
 the same sequence of shapes. Models are built from configs with random weights (nothing is
 downloaded). `CORPUS` maps each name to its builder and the number of steps a trace records.
@@ -494,6 +495,26 @@ def build_int8_infer(device, seed=0):
     return step
 
 
+def cached_forward(model, tokens, cache):
+    """Logits of the last position of `tokens` after `cache` (per layer of `model`, an LM: (k, v)
+    or None), each layer's cache grown by concatenation: decoding as a plain script does it."""
+    start = 0 if cache[0] is None else cache[0][0].shape[2]
+    t = tokens.shape[1]
+    x = model.embed(tokens) + model.pos(torch.arange(start, start + t, device=tokens.device))
+    for i, blk in enumerate(model.blocks):
+        a, h = blk.attn, blk.ln1(x)
+        n, _, d = h.shape
+        q = a.q(h).view(n, t, a.heads, d // a.heads).transpose(1, 2)
+        k, v = (z.transpose(1, 2) for z in a.kv(h).view(n, t, 2, a.heads, d // a.heads).unbind(2))
+        if cache[i] is not None:
+            k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
+        cache[i] = (k, v)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=start == 0 and t > 1)
+        x = x + a.o(y.transpose(1, 2).reshape(n, t, d))
+        x = x + blk.mlp(blk.ln3(x))
+    return F.linear(model.ln(x[:, -1]), model.embed.weight)
+
+
 def build_beam_search(device, seed=0):
     """A GPT-2-small-sized LM (12 x 768, fp16) answering requests by beam search, 4 beams: 4
     prompts of 32..384 tokens a request, 24..96 new tokens, each layer's KV cache grown by
@@ -503,40 +524,84 @@ def build_beam_search(device, seed=0):
     rng = random.Random(seed)
     beams, prompts = 4, 4
 
-    def forward(tokens, cache):
-        """Logits of the last position of `tokens` after `cache` (per layer (k, v) or None)."""
-        start = 0 if cache[0] is None else cache[0][0].shape[2]
-        t = tokens.shape[1]
-        x = model.embed(tokens) + model.pos(torch.arange(start, start + t, device=device))
-        for i, blk in enumerate(model.blocks):
-            a, h = blk.attn, blk.ln1(x)
-            n, _, d = h.shape
-            q = a.q(h).view(n, t, a.heads, d // a.heads).transpose(1, 2)
-            k, v = (z.transpose(1, 2) for z in a.kv(h).view(n, t, 2, a.heads, d // a.heads).unbind(2))
-            if cache[i] is not None:
-                k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
-            cache[i] = (k, v)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=start == 0 and t > 1)
-            x = x + a.o(y.transpose(1, 2).reshape(n, t, d))
-            x = x + blk.mlp(blk.ln3(x))
-        return F.linear(model.ln(x[:, -1]), model.embed.weight)
-
     @torch.no_grad()
     def step():
         plen, new = rng.randrange(32, 385, 16), rng.randrange(24, 97, 8)
         cache = [None] * len(model.blocks)
-        logp = forward(torch.randint(0, 50257, (prompts, plen), device=device), cache).float().log_softmax(-1)
+        logp = cached_forward(model, torch.randint(0, 50257, (prompts, plen), device=device), cache).float().log_softmax(-1)
         scores, tok = logp.topk(beams, -1)
         cache[:] = [(k.repeat_interleave(beams, 0), v.repeat_interleave(beams, 0)) for k, v in cache]
         scores, tok = scores.reshape(-1), tok.reshape(-1, 1)
         base = torch.arange(prompts, device=device).unsqueeze(1) * beams
         for _ in range(new - 1):
-            logp = forward(tok, cache).float().log_softmax(-1)
+            logp = cached_forward(model, tok, cache).float().log_softmax(-1)
             vocab = logp.shape[1]
             scores, flat = (scores.unsqueeze(1) + logp).view(prompts, -1).topk(beams, -1)
             origin = (flat // vocab + base).reshape(-1)
             scores, tok = scores.reshape(-1), (flat % vocab).reshape(-1, 1)
             cache[:] = [(k.index_select(0, origin), v.index_select(0, origin)) for k, v in cache]
+
+    step.reseed = rng.seed
+    return step
+
+
+def build_tiny_lm_serve(device, seed=0):
+    """A small LM (6 x 384, vocab 32000, fp16) serving greedy generation: 2 requests a step, each
+    a batch of 1..8 prompts of 16..256 tokens and 16..48 new tokens, the KV cache grown by
+    concatenation: a program of about 120 MB, nearly all of it small blocks. TUNE half, added
+    2026-11-26 (session 14); its half was fixed before it was first recorded."""
+    model = LM(32000, 384, 6, 6).to(device).half().eval()
+    rng = random.Random(seed)
+
+    @torch.no_grad()
+    def step():
+        for _ in range(2):
+            batch, plen, new = rng.randrange(1, 9), rng.randrange(16, 257, 8), rng.randrange(16, 49)
+            cache = [None] * len(model.blocks)
+            tok = cached_forward(model, torch.randint(0, 32000, (batch, plen), device=device), cache)
+            for _ in range(new - 1):
+                tok = cached_forward(model, tok.argmax(-1, keepdim=True), cache)
+
+    step.reseed = rng.seed
+    return step
+
+
+class GruAsr(nn.Module):
+    """Speech recognizer: two convolutions over 80 mel bins (both stride 2 in frequency, the first
+    in time too), a 3-layer bidirectional GRU of 320, a linear layer to 32 CTC symbols."""
+
+    def __init__(self, hidden=320, symbols=32):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(1, 32, 3, 2, 1), nn.GELU(), nn.Conv2d(32, 32, 3, (2, 1), 1), nn.GELU())
+        self.rnn = nn.GRU(32 * 20, hidden, 3, batch_first=True, bidirectional=True)
+        self.out = nn.Linear(2 * hidden, symbols)
+
+    def forward(self, mel):
+        h = self.conv(mel.unsqueeze(1))
+        n, c, f, t = h.shape
+        y, _ = self.rnn(h.permute(0, 3, 1, 2).reshape(n, t, c * f))
+        return self.out(y).log_softmax(-1)
+
+
+def build_gru_asr(device, seed=0):
+    """GruAsr training with CTC (cuDNN's GRU and its workspaces): batch 4..24 of 200..1600 mel
+    frames a step, targets a quarter as long, AdamW: a program (1.7 GB at its peak) whose
+    activations change shape every step. TUNE half, added 2026-11-26 (session 14); its half was
+    fixed before it was first recorded."""
+    model = GruAsr().to(device)
+    opt = torch.optim.AdamW(model.parameters(), 1e-3)
+    rng = random.Random(seed)
+
+    def step():
+        batch, frames = rng.randrange(4, 25, 4), rng.randrange(200, 1601, 40)
+        logp = model(torch.randn(batch, 80, frames, device=device))
+        t = logp.shape[1]
+        targets = torch.randint(1, 32, (batch, t // 4), device=device)
+        loss = F.ctc_loss(logp.transpose(0, 1), targets, torch.full((batch,), t, device=device),
+                          torch.full((batch,), t // 4, device=device))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
 
     step.reseed = rng.seed
     return step
@@ -555,5 +620,7 @@ CORPUS = {
     "mixed_master": (build_mixed_master, 8),
     "int8_infer": (build_int8_infer, 6),
     "beam_search": (build_beam_search, 6),
+    "tiny_lm_serve": (build_tiny_lm_serve, 3),
+    "gru_asr": (build_gru_asr, 12),
     **corpus_vision.CORPUS,
 }
