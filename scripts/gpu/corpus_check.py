@@ -7,15 +7,16 @@ off (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`) under `LD_PRELOAD=<librocmguard.so>`
 PyTorch's own figures of the same workload (data/traces/gpu_figures.json). These run side by
 side (each process measures its own peaks). Then step time, rocmguard with the cache off
 against PyTorch's cache, in interleaved pairs of processes run one at a time (order alternating
-within pairs), the median of the pairs' ratios per workload. With `--tune-confs FILE`, each
-line `WORKLOAD CONF [PREDICTED_BYTES]` runs that workload with PyTorch's cache on and
-`PYTORCH_CUDA_ALLOC_CONF=CONF` (`default` for none; a `pytorch:` or `PYTORCH_HIP_ALLOC_CONF=`
+within pairs): per pair the time of the steps after the first (the same shapes in both, as the
+seeds are fixed), then the median of the pairs' ratios per workload with its 95% interval.
+With `--tune-confs FILE`, each line `WORKLOAD CONF [PREDICTED_BYTES]` runs that workload with
+PyTorch's cache on and `PYTORCH_CUDA_ALLOC_CONF=CONF` (`default` for none; a `pytorch:` or `PYTORCH_HIP_ALLOC_CONF=`
 prefix is dropped, so `rocmguard tune`'s line pastes as it is) and prints the measured peak
 reserved, against the prediction when given; these run with the first batch.
 
 Usage:
   python3 scripts/gpu/corpus_check.py --lib target/gpu/librocmguard.so [--jobs 8]
-      [--pairs 2] [--pair-workloads gpt2m_accum,moe_top2,vit_multires] [--only a,b]
+      [--pairs 2] [--pair-workloads gpt2m_accum,moe_top2,vit_multires] [--pair-steps N] [--only a,b]
       [--tune-confs FILE] [--budget 510] [--json FILE] [--logs DIR] [--set KEY=VALUE]
       [--at-own-peak]
 With `--at-own-peak`, each workload runs once more under the shim, capped at the peak reserved
@@ -28,6 +29,7 @@ over 1.05, or a capped run failed otherwise.
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -123,22 +125,41 @@ def memory(args, runnable, confs, deadline, logs):
 
 
 def step_pairs(args, deadline, logs):
-    """Interleaved processes, one at a time: (workload, pair) -> {who: step seconds}."""
+    """Interleaved processes, one at a time: (workload, pair) -> {who: [step seconds]}."""
     tasks = []
+    steps = ["--steps", str(args.pair_steps)] if args.pair_steps else []
     for w in args.pair_workloads.split(","):
         for k in range(args.pairs):
             order = ("torch", "shim") if k % 2 == 0 else ("shim", "torch")
             for who in order:
                 env = shim_env(args.lib) if who == "shim" else clean_env()
-                tasks.append((f"time.{w}.{k}.{who}", argv(w), env, (w, k, who)))
+                tasks.append((f"time.{w}.{k}.{who}", argv(w) + steps, env, (w, k, who)))
     times = {}
     for (_, _, _, (w, k, who)), text, rc, _ in capture_traces.run_processes(tasks, 1, deadline, logs):
         r = capture_traces.result_of(text)
         if r:
-            times.setdefault((w, k), {})[who] = r["step_s_median"]
+            times.setdefault((w, k), {})[who] = r["step_s"]
         else:
             print(f"TIME {w} pair {k} {who}: no result (exit {rc}): {shim_output.tail(text, 3)}", flush=True)
     return times
+
+
+def pair_ratio(shim, torch):
+    """The shim's time over PyTorch's for the steps both ran after the first: step i has the
+    same shapes in both processes (fixed seeds), so the sums compare like with like."""
+    n = min(len(shim), len(torch))
+    return sum(shim[1:n]) / sum(torch[1:n]) if n > 1 else shim[0] / torch[0]
+
+
+def median_interval(values):
+    """The median's distribution-free 95% interval: the order statistics k and n + 1 - k, k the
+    largest with P(Binomial(n, 1/2) < k) <= 0.025 (None below 6 values)."""
+    n, xs = len(values), sorted(values)
+    k, below = 0, 0.0
+    while below + math.comb(n, k) / 2**n <= 0.025:
+        below += math.comb(n, k) / 2**n
+        k += 1
+    return (xs[k - 1], xs[n - k]) if k >= 1 else None
 
 
 def report_memory(done, halves, figures, out):
@@ -231,15 +252,18 @@ def report_tune(done, out):
 
 
 def report_times(times, out):
-    print("\nstep time, rocmguard (cache off) / PyTorch's cache, interleaved processes, median of pairs")
+    print("\nstep time, rocmguard (cache off) / PyTorch's cache, interleaved processes: per pair the"
+          " sum of the steps after the first, then the median of the pairs and its 95% interval")
     per = {}
     for (w, k), t in sorted(times.items()):
         if "shim" in t and "torch" in t:
-            per.setdefault(w, []).append(t["shim"] / t["torch"])
+            per.setdefault(w, []).append(pair_ratio(t["shim"], t["torch"]))
     for w, rs in per.items():
-        m = statistics.median(rs)
-        print(f"TIME {w:<16} pairs {len(rs)} median {m:.4f} ({(m - 1) * 100:+.2f}%) pairs {' '.join(f'{r:.4f}' for r in rs)}")
-        out["step_time"][w] = dict(pairs=rs, median=m)
+        m, ci = statistics.median(rs), median_interval(rs)
+        interval = f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "[too few pairs]"
+        print(f"TIME {w:<16} pairs {len(rs)} median {m:.4f} ({(m - 1) * 100:+.2f}%) {interval} "
+              f"pairs {' '.join(f'{r:.4f}' for r in rs)}")
+        out["step_time"][w] = dict(pairs=rs, median=m, interval=ci)
 
 
 def main():
@@ -248,6 +272,7 @@ def main():
     p.add_argument("--jobs", type=int, default=8, help="memory runs side by side")
     p.add_argument("--pairs", type=int, default=2)
     p.add_argument("--pair-workloads", default="gpt2m_accum,moe_top2,vit_multires")
+    p.add_argument("--pair-steps", type=int, help="steps a timed process runs (default: its trace's)")
     p.add_argument("--only", help="workloads (trace names) to run, comma-separated")
     p.add_argument("--tune-confs", metavar="FILE")
     p.add_argument("--budget", type=float, default=510.0, help="seconds for the whole run")
