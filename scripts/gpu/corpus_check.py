@@ -231,7 +231,10 @@ def report_caps(capped, out):
         verdict = "completes" if done else "OUTGROWS THE CAP" if outgrown else "FAILS"
         ok &= done or bool(outgrown)
         ratio = f"{row['peak_reserved_per_live']:.3f}" if row else "-"
-        why = outgrown[0].strip() if outgrown else shim_output.tail(text, 2)
+        # Otherwise the shim's own refusal, or the program's last error line, says why.
+        said = [l for l in text.splitlines() if "refused" in l or "Error" in l]
+        why = (outgrown or said[:1] + said[-1:] or [shim_output.tail(text, 2)])
+        why = " | ".join(dict.fromkeys(w.strip() for w in why))
         print(f"CAP {w:<16} cap {cap:>12} B  {verdict}  {ratio}" + ("" if done else f"  (exit {rc}: {why})"))
         out["at_own_peak"][w] = dict(cap=cap, completes=done, outgrown=bool(outgrown),
                                      ratio=row["peak_reserved_per_live"] if row else None, exit=rc)
