@@ -64,6 +64,12 @@ pub const MEDIUM_SEGMENT: u64 = 20 << 20;
 /// A piece mapped for a request reaches past it, into free address space, until it holds at
 /// least this fraction (1 / n) of what the pool has mapped: see `virtual_segment::piece_target`.
 pub const PIECE_SHARE: u64 = 64;
+/// Pieces are at most 1 / n of the peak live (and at least a page): a piece left pinned by one
+/// long-lived block then costs a small program no more of its peak than a large one. With a
+/// fixed 16 MiB, seg_infer (1.5 GiB) reached 1.045 and gru_asr 1.030; with 1/32, 1.036 and
+/// 1.016 (the TUNE half's median 1.030 -> 1.018, its driver time +16%: docs/benchmarks.md,
+/// session 14).
+pub const PIECE_OF_PEAK: u64 = 32;
 /// Reserved memory may pass the peak live by 1 / n of it, and at least a page, before cached
 /// memory goes back to make room (and memory is mapped ahead only within it): at a reserved
 /// peak held to the live one, every request that finds no mapped room would map and unmap in

@@ -6,8 +6,8 @@ use super::block::Block;
 use super::pages::{Mapping, Pages};
 use super::state::{Backing, Kind, Segment, State};
 use super::{
-    round_up, timed, AllocError, Pool, ADDRESS_SPACE_PER_CAP, MEDIUM_REQUEST, NIL, PIECE_SHARE,
-    SEGMENT, SMALL_REQUEST, VIRTUAL_SEGMENT,
+    round_up, timed, AllocError, Pool, ADDRESS_SPACE_PER_CAP, MEDIUM_REQUEST, NIL, PIECE_OF_PEAK,
+    PIECE_SHARE, SEGMENT, SMALL_REQUEST, VIRTUAL_SEGMENT,
 };
 use crate::source::DeviceSource;
 
@@ -25,6 +25,13 @@ pub(super) fn piece_target(reserved: u64, rounded: u64, piece_size: u64) -> u64 
         0
     };
     share.max(medium).min(piece_size)
+}
+
+/// The size of the pieces a large request's memory is mapped in: `piece_size`, or
+/// [`PIECE_OF_PEAK`] of the peak live if that is smaller (at least a page), so that a piece a
+/// long-lived block pins costs a program of any size the same share of its peak.
+pub(super) fn piece_size(peak_live: u64, piece_size: u64) -> u64 {
+    piece_size.min(((peak_live / PIECE_OF_PEAK) & !(SEGMENT - 1)).max(SEGMENT))
 }
 
 impl State {
@@ -195,7 +202,7 @@ impl<S: DeviceSource> Pool<S> {
         let piece = if small {
             SEGMENT
         } else {
-            self.options.piece_size
+            piece_size(st.stats.peak_live, self.options.piece_size)
         };
         for (i, (addr, size)) in runs.iter_mut().enumerate() {
             let ask = if i == last { *size + extra } else { *size };
