@@ -35,12 +35,16 @@ fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("{} is not a count", v))
 }
 
-/// 64 MiB (a) and 64 MiB (b); a freed; 40 MiB (x) and 4 MiB (pin, never freed) in turn where
-/// a was; x freed; 64 MiB (c); then b and c freed. The pool's piece under the pin stays mapped
-/// (one of the default size), so c needs pieces of its own; PyTorch's whole segment of a
+/// 512 MiB of weights (w, never freed: pieces may then be of the default size, 1/32 of the peak
+/// live); 64 MiB (a) and 64 MiB (b); a freed; 40 MiB (x) and 4 MiB (pin, never freed) in turn
+/// where a was; x freed; 64 MiB (c); then b and c freed. The pool's piece under the pin stays
+/// mapped (one of the default size), so c needs pieces of its own; PyTorch's whole segment of a
 /// stays.
+const WEIGHTS: u64 = 512 * MIB;
+
 fn pinning_trace(dir: &Path) -> std::path::PathBuf {
     let rows = [
+        (Action::Allocate, 0x1_0000_0000, WEIGHTS),
         (Action::Allocate, 0xa000_0000, 64 * MIB),
         (Action::Allocate, 0xb000_0000, 64 * MIB),
         (Action::Free, 0xa000_0000, 64 * MIB),
@@ -75,16 +79,17 @@ fn the_block_that_pins_a_piece_is_named_with_its_lifetime() {
     let pool = policy(&report, "rocmguard");
     let at = &pool["peak_layout"];
     assert_eq!(u(&at["reserved"]), u(&pool["peak_reserved"]), "{}", at);
-    assert_eq!(u(&at["event"]), 7, "the peak is c's allocation: {}", at);
-    assert_eq!(u(&at["events"]), 9);
-    assert_eq!(u(&at["live"]), 132 * MIB);
+    assert_eq!(u(&at["event"]), 8, "the peak is c's allocation: {}", at);
+    assert_eq!(u(&at["events"]), 10);
+    assert_eq!(u(&at["live"]), WEIGHTS + 132 * MIB);
     assert_eq!(
         u(&at["reserved"]),
-        128 * MIB + piece,
-        "b, c and the pin's piece: {}",
+        WEIGHTS + 128 * MIB + piece,
+        "w, b, c and the pin's piece: {}",
         at
     );
-    assert_eq!(u(&at["units"]), 128 * MIB / piece + 1);
+    // The weights were mapped while the peak live was nothing yet: in pages.
+    assert_eq!(u(&at["units"]), WEIGHTS / (2 * MIB) + 128 * MIB / piece + 1);
     assert_eq!(u(&at["units_with_idle"]), 1);
     assert_eq!(u(&at["idle"]), piece - 4 * MIB);
     let top = &at["top"][0];
@@ -103,7 +108,7 @@ fn the_block_that_pins_a_piece_is_named_with_its_lifetime() {
     assert_eq!(u(&at["reserved"]), u(&torch["peak_reserved"]), "{}", at);
     assert_eq!(
         (u(&at["event"]), u(&at["reserved"])),
-        (7, 192 * MIB),
+        (8, WEIGHTS + 192 * MIB),
         "{}",
         at
     );

@@ -332,8 +332,42 @@ proptest! {
     }
 }
 
+/// A 100 MiB block freed, then 60 MiB and 2 MiB where it was, the 60 MiB block freed and the
+/// pool trimmed: what the 2 MiB block keeps mapped, in a program that held `peak` before.
+fn pinned_by_a_small_block(piece: u64, peak: u64) -> u64 {
+    const MIB: u64 = 1 << 20;
+    let mut o = options(None);
+    o.piece_size = piece;
+    o.cap = o.cap.max(2 * peak);
+    let pool = Pool::new(CountingSource::new(DEVICE.max(2 * peak)), o);
+    if peak > 0 {
+        let earlier = pool.alloc(peak).unwrap();
+        pool.free(earlier);
+        pool.synchronized(pool.quarantine_mark());
+        pool.trim_to(0);
+    }
+    let big = pool.alloc(100 * MIB).unwrap();
+    pool.free(big);
+    pool.synchronized(pool.quarantine_mark());
+    let large = pool.alloc(60 * MIB).unwrap();
+    let medium = pool.alloc(2 * MIB).unwrap();
+    assert_eq!(
+        (large, medium),
+        (big, big + 60 * MIB),
+        "both take the mapped memory, the medium block after the large one"
+    );
+    pool.free(large);
+    pool.trim_to(0);
+    pool.check_invariants().unwrap();
+    let pinned = pool.stats().reserved;
+    assert_eq!(pool.source().used(), pinned, "the device agrees");
+    pool.free(medium);
+    pinned
+}
+
 /// A block left beside a large one pins the pieces it lies in, and no more: with `piece_size`
-/// the rest of the large block's memory goes back at a trim.
+/// (in a program large enough for pieces of that size) the rest of the large block's memory
+/// goes back at a trim.
 #[test]
 fn a_long_lived_block_pins_at_most_one_piece() {
     const MIB: u64 = 1 << 20;
@@ -342,30 +376,27 @@ fn a_long_lived_block_pins_at_most_one_piece() {
         (16 * MIB, 16 * MIB),
         (2 * MIB, 2 * MIB),
     ] {
-        let mut o = options(None);
-        o.piece_size = piece;
-        let pool = Pool::new(CountingSource::new(DEVICE), o);
-        let big = pool.alloc(100 * MIB).unwrap();
-        pool.free(big);
-        pool.synchronized(pool.quarantine_mark());
-        let large = pool.alloc(60 * MIB).unwrap();
-        let medium = pool.alloc(2 * MIB).unwrap();
         assert_eq!(
-            (large, medium),
-            (big, big + 60 * MIB),
-            "both take the mapped memory, the medium block after the large one"
-        );
-        pool.free(large);
-        pool.trim_to(0);
-        pool.check_invariants().unwrap();
-        assert_eq!(
-            pool.stats().reserved,
+            pinned_by_a_small_block(piece, 32 * piece),
             pinned,
             "pieces of {} MiB: what a 2 MiB block keeps mapped",
             piece / MIB
         );
-        assert_eq!(pool.source().used(), pinned, "the device agrees");
-        pool.free(medium);
+    }
+}
+
+/// Pieces are at most 1/32 of the peak live: in a program that never held more than the
+/// 100 MiB block, the 2 MiB block pins its own page whatever `piece_size` allows.
+#[test]
+fn a_small_program_gets_pieces_of_its_size() {
+    const MIB: u64 = 1 << 20;
+    for piece in [128 * MIB, 16 * MIB] {
+        assert_eq!(
+            pinned_by_a_small_block(piece, 0),
+            2 * MIB,
+            "pieces of {} MiB",
+            piece / MIB
+        );
     }
 }
 

@@ -91,10 +91,10 @@ fn captured_traces_of_untuned_workloads_keep_their_figures() {
     let report = replay_json(&[], &refs);
     // name, peak live, PyTorch's ratio, ours, our device calls, PyTorch's.
     for (name, peak_live, torch, ours, calls, torch_calls) in [
-        ("moe", 4_969_152_672u64, 1.2247, 1.0344, 377, 283),
-        ("decode", 142_852_096, 1.1010, 1.0130, 37, 16),
-        ("unet", 168_212_016, 1.1719, 1.0348, 75, 20),
-        ("lora", 1_603_289_112, 1.2060, 1.0438, 287, 94),
+        ("moe", 4_969_152_672u64, 1.2247, 1.0344, 469, 283),
+        ("decode", 142_852_096, 1.1010, 1.0130, 75, 16),
+        ("unet", 168_212_016, 1.1719, 1.0348, 135, 20),
+        ("lora", 1_603_289_112, 1.2060, 1.0438, 368, 94),
     ] {
         let t = trace(&report, name);
         assert_eq!(u(&t["peak_live"]), peak_live, "{}", name);
@@ -185,7 +185,8 @@ fn shared_traces_reproduce_the_readme() {
     // 2 MiB rounding with small requests packed perfectly (our passthrough model); the README's
     // figure for the pool with default settings.
     // ... and the pool's device calls against PyTorch's: more on all three since pieces are
-    // 16 MiB (issue 15's target is no more; docs/benchmarks.md, session 13).
+    // 16 MiB (issue 15's target is no more; docs/benchmarks.md, session 13), and more again
+    // since they are at most 1/32 of the peak live (the first ones of a run are small).
     for (name, peak_live, torch, rounding, ours, live_at_end, calls, torch_calls) in [
         (
             "gpt2_train",
@@ -194,7 +195,7 @@ fn shared_traces_reproduce_the_readme() {
             1.019,
             1.0152,
             3,
-            1267,
+            1344,
             154,
         ),
         (
@@ -204,7 +205,7 @@ fn shared_traces_reproduce_the_readme() {
             1.062,
             1.0096,
             3,
-            262,
+            357,
             118,
         ),
         (
@@ -214,7 +215,7 @@ fn shared_traces_reproduce_the_readme() {
             1.033,
             1.0369,
             2,
-            141,
+            200,
             63,
         ),
     ] {

@@ -202,7 +202,9 @@ impl<S: DeviceSource> Pool<S> {
         let piece = if small {
             SEGMENT
         } else {
-            piece_size(st.stats.peak_live, self.options.piece_size)
+            // A warm-up says how much the program will hold at least.
+            let peak = st.stats.peak_live.max(self.options.warmup);
+            piece_size(peak, self.options.piece_size)
         };
         for (i, (addr, size)) in runs.iter_mut().enumerate() {
             let ask = if i == last { *size + extra } else { *size };
