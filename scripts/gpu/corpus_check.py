@@ -10,14 +10,15 @@ against PyTorch's cache, in interleaved pairs of processes run one at a time (or
 within pairs): per pair the time of the steps after the first (the same shapes in both, as the
 seeds are fixed), then the median of the pairs' ratios per workload with its 95% interval.
 With `--tune-confs FILE`, each line `WORKLOAD CONF [PREDICTED_BYTES]` runs that workload with
-PyTorch's cache on and `PYTORCH_CUDA_ALLOC_CONF=CONF` (`default` for none; a `pytorch:` or `PYTORCH_HIP_ALLOC_CONF=`
-prefix is dropped, so `rocmguard tune`'s line pastes as it is) and prints the measured peak
-reserved, against the prediction when given; these run with the first batch.
+PyTorch's cache on and `PYTORCH_CUDA_ALLOC_CONF=CONF` (`default` for none; a `pytorch:` or
+`PYTORCH_HIP_ALLOC_CONF=` prefix is dropped, so `rocmguard tune`'s line pastes as it is) and
+prints the measured peak reserved, against the prediction when given; these run with the first
+batch.
 
 Usage:
   python3 scripts/gpu/corpus_check.py --lib target/gpu/librocmguard.so [--jobs 8]
-      [--pairs 2] [--pair-workloads gpt2m_accum,moe_top2,vit_multires] [--pair-steps N] [--only a,b]
-      [--tune-confs FILE] [--budget 510] [--json FILE] [--logs DIR] [--set KEY=VALUE]
+      [--pairs 2] [--pair-workloads gpt2m_accum,moe_top2,vit_multires] [--pair-steps N]
+      [--only a,b] [--tune-confs FILE] [--budget 510] [--json FILE] [--logs DIR] [--set KEY=VALUE]
       [--at-own-peak]
 With `--at-own-peak`, each workload runs once more under the shim, capped at the peak reserved
 its first run printed (plus the print's precision), side by side: a cap the program fits in must
@@ -233,8 +234,8 @@ def report_caps(capped, out):
         ratio = f"{row['peak_reserved_per_live']:.3f}" if row else "-"
         # Otherwise the shim's own refusal, or the program's last error line, says why.
         said = [l for l in text.splitlines() if "refused" in l or "Error" in l]
-        why = (outgrown or said[:1] + said[-1:] or [shim_output.tail(text, 2)])
-        why = " | ".join(dict.fromkeys(w.strip() for w in why))
+        why = outgrown or said[:1] + said[-1:] or [shim_output.tail(text, 2)]
+        why = " | ".join(dict.fromkeys(line.strip() for line in why))
         print(f"CAP {w:<16} cap {cap:>12} B  {verdict}  {ratio}" + ("" if done else f"  (exit {rc}: {why})"))
         out["at_own_peak"][w] = dict(cap=cap, completes=done, outgrown=bool(outgrown),
                                      ratio=row["peak_reserved_per_live"] if row else None, exit=rc)
