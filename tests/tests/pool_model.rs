@@ -1272,3 +1272,77 @@ fn a_loop_at_the_peak_maps_its_memory_once() {
     assert!(s.peak_reserved <= s.peak_live + s.peak_live / 64 + 2 * MIB);
     pool.free(base);
 }
+
+/// A pool of plain segments whose device holds `device` bytes.
+fn plain_pool(device: u64) -> Pool<CountingSource> {
+    let mut o = options_with(None, false);
+    o.cap = device;
+    Pool::new(CountingSource::new(device), o)
+}
+
+#[test]
+fn a_far_block_of_plain_memory_goes_back_rather_than_serve_a_short_request() {
+    // gru_asr's shape: a large idle segment, a short request while growing fits under the
+    // peak, then a request larger than anything free. Split for the short one, the large
+    // segment stays with it and the next request needs all new memory.
+    let pool = plain_pool(4 << 30);
+    let a = pool.alloc(256 << 20).unwrap();
+    pool.free(a);
+    let b = pool.alloc(32 << 20).unwrap();
+    let c = pool.alloc(384 << 20).unwrap();
+    let s = pool.stats();
+    assert_eq!(
+        s.reserved,
+        (32 + 384) << 20,
+        "the idle 256 MiB went back; the short block has a segment of its own"
+    );
+    pool.check_invariants().unwrap();
+    pool.free(b);
+    pool.free(c);
+}
+
+#[test]
+fn a_far_block_of_plain_memory_serves_where_growing_would_set_a_new_peak() {
+    // A 256 MiB segment holding 130 MiB leaves 126 MiB free: a 40 MiB request is far from
+    // it, but a new segment would take the pool past its peak.
+    let pool = plain_pool(4 << 30);
+    let a = pool.alloc(256 << 20).unwrap();
+    pool.free(a);
+    let q = pool.alloc(130 << 20).unwrap();
+    assert_eq!(pool.stats().reserved, 256 << 20, "130 MiB is near 256 MiB");
+    let r = pool.alloc(40 << 20).unwrap();
+    let s = pool.stats();
+    assert_eq!(
+        s.reserved,
+        256 << 20,
+        "served from the free room, no growth"
+    );
+    assert_eq!(s.source_allocs, 1);
+    pool.check_invariants().unwrap();
+    pool.free(q);
+    pool.free(r);
+}
+
+#[test]
+fn a_plain_segment_grown_past_the_peak_holds_the_fewest_requests_that_round_well() {
+    // Live memory that only rises, as while a model loads: each growth is a new peak.
+    let pool = plain_pool(4 << 30);
+    let big = pool.alloc(19 << 19).unwrap();
+    assert_eq!(
+        pool.stats().reserved,
+        10 << 20,
+        "9.5 MiB alone wastes 1/20 of 10 MiB: no room for a twin"
+    );
+    let small: Vec<u64> = (0..5).map(|_| pool.alloc(9 << 18).unwrap()).collect();
+    assert_eq!(
+        pool.stats().reserved,
+        (10 + 12) << 20,
+        "one 2.25 MiB request would waste 44% of 4 MiB, five waste 1/16 of 12 MiB"
+    );
+    assert_eq!(pool.stats().source_allocs, 2);
+    pool.check_invariants().unwrap();
+    pool.free(big);
+    for a in small {
+        pool.free(a);
+    }
+}

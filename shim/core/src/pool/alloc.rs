@@ -6,8 +6,8 @@ use std::sync::MutexGuard;
 
 use super::state::{Backing, Fit, Kind, State};
 use super::{
-    round_up, timed, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, PEAK_SLACK,
-    SEGMENT, WARMUP_SEGMENT,
+    round_up, timed, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, MEDIUM_WASTE,
+    PEAK_SLACK, SEGMENT, WARMUP_SEGMENT,
 };
 use crate::source::DeviceSource;
 
@@ -32,6 +32,20 @@ fn medium_segment(rounded: u64) -> u64 {
         }
     }
     best.1
+}
+
+/// A segment for the fewest requests of `rounded` bytes that waste at most 1 / [`MEDIUM_WASTE`]
+/// of it on rounding, and at most `most` (2.25 MiB requests get 12 MiB for five of them,
+/// a 9.5 MiB one 10 MiB for itself).
+fn snug_segment(rounded: u64, most: u64) -> u64 {
+    let mut k = 1;
+    loop {
+        let size = round_up(k * rounded, SEGMENT);
+        if (size - k * rounded) * MEDIUM_WASTE <= size || size >= most {
+            return size.min(most);
+        }
+        k += 1;
+    }
 }
 
 /// Whether the cap refuses `rounded` more bytes (or the size is past any device), counted as
@@ -141,7 +155,7 @@ impl<S: DeviceSource> Pool<S> {
             }
             if kind == Kind::Small {
                 // The small pool could not grow; free room in a large segment serves.
-                if let Some(addr) = self.small_in_large(&mut st, rounded, size) {
+                if let Some(addr) = self.small_in_large(&mut st, rounded, size, Fit::Any) {
                     return (st, Ok(addr));
                 }
             }
@@ -165,10 +179,13 @@ impl<S: DeviceSource> Pool<S> {
         // synchronize could avoid splits blocks that later requests need whole.
         let quarantine_helps =
             !synced && st.stats.quarantined >= rounded && self.source.may_synchronize();
+        // Within a warm-up, any block serves: it was reserved to be used.
         let fit = if quarantine_helps {
             Fit::Close
-        } else {
+        } else if st.stats.peak_live < self.options.warmup {
             Fit::Any
+        } else {
+            Fit::Near
         };
         let oversize = self.options.oversize();
         // Memory already mapped first: mapping more while mapped memory sits idle churns.
@@ -183,7 +200,14 @@ impl<S: DeviceSource> Pool<S> {
             st.stats.pool_hits += 1;
             return Step::Served(self.take(st, block, rounded, size));
         }
-        let found = st.find(kind, rounded, oversize, fit, st.backing_allowed());
+        let backing = st.backing_allowed();
+        let found = st.find(kind, rounded, oversize, fit, backing).or_else(|| {
+            // A far block serves rather than the device, where growing would set a new peak.
+            let grow = round_up(rounded, SEGMENT);
+            (fit == Fit::Near && self.growth_sets_peak_after_trim(st, grow))
+                .then(|| st.find(kind, rounded, oversize, Fit::Any, backing))
+                .flatten()
+        });
         let error = match found {
             // Mapping memory costs device calls and memory: blocks in quarantine may do instead.
             Some(block) if !synced && st.stats.quarantined > 0 && !st.is_backed(block, rounded) => {
@@ -195,12 +219,12 @@ impl<S: DeviceSource> Pool<S> {
             },
             None if quarantine_helps => return Step::Synchronize,
             None => {
-                // A new small segment that would set a new peak while a large one has room
-                // churns: freed at the next growth of the other kind, made again after.
-                if kind == Kind::Small && self.growth_sets_peak(st, SEGMENT) {
-                    if let Some(block) = st.smallest_idle_segment() {
-                        st.stats.pool_hits += 1;
-                        return Step::Served(self.take(st, block, rounded, size));
+                // A new small segment that would set a new peak takes free room in a large one
+                // instead, if one has it near its size (an idle one goes back first: a small
+                // block would keep it whole).
+                if kind == Kind::Small && self.growth_sets_peak_after_trim(st, SEGMENT) {
+                    if let Some(addr) = self.small_in_large(st, rounded, size, Fit::Near) {
+                        return Step::Served(addr);
                     }
                 }
                 match self.grow(st, rounded) {
@@ -245,16 +269,11 @@ impl<S: DeviceSource> Pool<S> {
         st.take(block, rounded, requested, self.options.oversize())
     }
 
-    /// A small request served from free room in a large segment, if one has it.
-    fn small_in_large(&self, st: &mut State, rounded: u64, size: u64) -> Option<u64> {
+    /// A small request served from free room in a large segment that fits it as `fit` asks, if
+    /// one has it.
+    fn small_in_large(&self, st: &mut State, rounded: u64, size: u64, fit: Fit) -> Option<u64> {
         let oversize = self.options.oversize();
-        let block = st.find(
-            Kind::Large,
-            rounded,
-            oversize,
-            Fit::Any,
-            st.backing_allowed(),
-        )?;
+        let block = st.find(Kind::Large, rounded, oversize, fit, st.backing_allowed())?;
         let at = st.blocks[block as usize].addr;
         let called = self.back(st, block, at, rounded, true).ok()?;
         st.stats.pool_hits += u64::from(!called);
@@ -298,9 +317,11 @@ impl<S: DeviceSource> Pool<S> {
             .min(cap)
     }
 
-    /// Whether taking `grow` more bytes from the device would pass [`Pool::growth_limit`].
-    fn growth_sets_peak(&self, st: &State, grow: u64) -> bool {
-        st.stats.reserved + st.stats.external + grow > self.growth_limit(st, grow)
+    /// Whether taking `grow` more bytes would pass [`Pool::growth_limit`] with plain segments,
+    /// even once every idle one went back (with virtual segments: never).
+    fn growth_sets_peak_after_trim(&self, st: &State, grow: u64) -> bool {
+        let held = st.stats.reserved + st.stats.external - st.idle_plain();
+        !st.virtual_memory && held + grow > self.growth_limit(st, grow)
     }
 
     /// Adds a segment that can serve `rounded` bytes, within cap, headroom and threshold.
@@ -327,7 +348,18 @@ impl<S: DeviceSource> Pool<S> {
         } else {
             preferred
         };
-        self.trim_before_growth(st, minimal, preferred, None);
+        // A small segment's growth keeps the newest idle medium segment: a small and a medium
+        // size in turn would otherwise free and make a segment on every request.
+        let keep = (kind == Kind::Small)
+            .then(|| st.newest_idle_plain())
+            .flatten();
+        self.trim_before_growth(st, minimal, preferred, keep);
+        let held = st.stats.reserved + st.stats.external;
+        let preferred = if held + preferred > self.growth_limit(st, minimal) {
+            snug_segment(rounded, preferred)
+        } else {
+            preferred
+        };
         let cap = st.stats.cap;
         let room = cap.saturating_sub(st.stats.reserved + st.stats.external);
         let mut size = if preferred <= room {

@@ -61,6 +61,17 @@ pub const SMALL_REQUEST: u64 = 1 << 20;
 /// them, so the next few of the same size land in it too.
 pub const MEDIUM_REQUEST: u64 = 10 << 20;
 pub const MEDIUM_SEGMENT: u64 = 20 << 20;
+/// A segment grown past the peak for a medium request holds the fewest of them that waste at
+/// most 1 / n of it on rounding, not the [`MEDIUM_SEGMENT`] that wastes least: in a program
+/// whose live memory only rises (a model loading), each growth is a new peak. Plain segments
+/// only; chosen on the TUNE traces (docs/benchmarks.md, session 15: 1/8 and 1/32 each put one
+/// over 1.10).
+pub const MEDIUM_WASTE: u64 = 16;
+/// With plain segments, a free block of a segment larger than [`MEDIUM_SEGMENT`] serves a
+/// request of at least 1 / n of it, unless growing instead would set a new peak: gru_asr's
+/// 486 MiB segment, split for two 35 MiB blocks, was kept whole by them when a 704 MiB request
+/// came (its plain ratio 1.280 -> 1.056; docs/benchmarks.md, session 15).
+pub const NEAR_SHARE: u64 = 2;
 /// A piece mapped for a request reaches past it, into free address space, until it holds at
 /// least this fraction (1 / n) of what the pool has mapped: see `virtual_segment::piece_target`.
 pub const PIECE_SHARE: u64 = 64;

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use super::block::{Block, BlockState};
 use super::index::FreeIndex;
 use super::pages::{Mappings, Pages};
-use super::{MEDIUM_SEGMENT, NIL, SMALL_REQUEST};
+use super::{MEDIUM_SEGMENT, NEAR_SHARE, NIL, SEGMENT, SMALL_REQUEST};
 use crate::hash::AddrMap;
 use crate::stats::Stats;
 
@@ -51,6 +51,11 @@ impl Kind {
 pub(super) enum Fit {
     /// Any block that holds it.
     Any,
+    /// Any block that holds it, except that a free block of a plain segment larger than
+    /// [`MEDIUM_SEGMENT`] serves only a request of at least 1 / [`NEAR_SHARE`] of it (or a
+    /// block of a page): a short-lived request placed far inside one would keep the rest of it
+    /// from going back when a later request needs more.
+    Near,
     /// Only one that wastes at most an eighth of a large request (while a synchronize could
     /// make a better one reusable).
     Close,
@@ -182,21 +187,26 @@ impl State {
             .unwrap_or(0)
     }
 
-    /// The free block of the smallest wholly free plain segment of at most [`MEDIUM_SEGMENT`]
-    /// (a larger one would be pinned by a small block).
-    pub(super) fn smallest_idle_segment(&self) -> Option<u32> {
-        self.segments
-            .iter()
-            .flatten()
-            .filter(|s| {
-                let b = &self.blocks[s.first as usize];
-                s.pages.is_none()
-                    && s.size <= MEDIUM_SEGMENT
-                    && b.state == BlockState::Free
-                    && b.size == s.size
-            })
-            .min_by_key(|s| s.size)
-            .map(|s| s.first)
+    /// Whether `s` is a plain segment no block uses: a trim may give it back whole.
+    pub(super) fn is_idle_plain(&self, s: &Segment) -> bool {
+        let b = &self.blocks[s.first as usize];
+        s.pages.is_none() && b.state == BlockState::Free && b.size == s.size
+    }
+
+    /// The address range of the plain segment made last, if it is a medium one no block uses.
+    pub(super) fn newest_idle_plain(&self) -> Option<(u64, u64)> {
+        let newest = self.segments.iter().flatten().max_by_key(|s| s.birth)?;
+        (self.is_idle_plain(newest) && newest.size <= MEDIUM_SEGMENT)
+            .then_some((newest.addr, newest.size))
+    }
+
+    /// Bytes in plain segments no block uses.
+    pub(super) fn idle_plain(&self) -> u64 {
+        let segments = self.segments.iter().flatten();
+        segments
+            .filter(|s| self.is_idle_plain(s))
+            .map(|s| s.size)
+            .sum()
     }
 
     /// The kind of block `i`'s segment.
@@ -230,6 +240,7 @@ impl State {
             self.index[kind.slot()].find(&self.blocks, rounded, |b: &Block| {
                 let splits = b.size < oversize || self.pages(b.seg).is_some();
                 (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
+                    && (fit != Fit::Near || self.near(b, rounded))
                     && b.size - rounded <= slack
                     && (backing == Backing::Any || self.backs(b, rounded))
                     && !(spare_idle && self.starts_in_idle_run(b))
@@ -240,6 +251,14 @@ impl State {
             None if spare_idle && backing == Backing::Any => pick(false),
             found => found,
         }
+    }
+
+    /// Whether free block `b` may serve `rounded` bytes under [`Fit::Near`].
+    fn near(&self, b: &Block, rounded: u64) -> bool {
+        let large_plain = self.segments[b.seg as usize]
+            .as_ref()
+            .map_or(false, |s| s.pages.is_none() && s.size > MEDIUM_SEGMENT);
+        !large_plain || b.size <= SEGMENT.max(rounded.saturating_mul(NEAR_SHARE))
     }
 
     /// Whether free block `b` starts in an idle mapping of several pages.

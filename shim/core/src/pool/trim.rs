@@ -2,7 +2,6 @@
 //! address space of virtual segments with nothing mapped; on request, past the trim threshold,
 //! and before growth would set a new peak.
 
-use super::block::BlockState;
 use super::state::State;
 use super::{timed, Pool};
 use crate::source::DeviceSource;
@@ -136,6 +135,11 @@ impl<S: DeviceSource> Pool<S> {
     }
 }
 
+/// Whether `[addr, addr + size)` overlaps `keep_range`.
+fn within(keep_range: Option<(u64, u64)>, addr: u64, size: u64) -> bool {
+    keep_range.map_or(false, |(a, n)| addr < a + n && a < addr + size)
+}
+
 /// What a trim may give back, in order: mappings first, from the top of the address space
 /// down, so what stays mapped is packed low where the large free block that big requests take
 /// from begins; then plain segments, oldest first. Mappings under `keep_range` stay.
@@ -145,15 +149,12 @@ fn idle_memory(st: &State, keep_range: Option<(u64, u64)>) -> Vec<Idle> {
         .iter()
         .enumerate()
         .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
-        .filter(|(_, s)| {
-            let b = &st.blocks[s.first as usize];
-            s.pages.is_none() && b.state == BlockState::Free && b.size == s.size
-        })
+        .filter(|(_, s)| st.is_idle_plain(s) && !within(keep_range, s.addr, s.size))
         .map(|(i, s)| (s.birth, Idle::Segment(i as u32)))
         .collect();
     let overlaps = |m: u32| {
         let m = st.mappings.get(m);
-        keep_range.map_or(false, |(a, n)| m.addr < a + n && a < m.addr + m.size)
+        within(keep_range, m.addr, m.size)
     };
     idle.extend(
         st.mappings
