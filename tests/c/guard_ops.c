@@ -344,7 +344,7 @@ static int holes(void) {
     /* Two 100 MiB blocks freed side by side, then one of 200 MiB; then that freed and a 4 MiB
      * block taken from its space before a trim. Virtual segments serve the 200 MiB across the
      * two without the device and keep only the piece under the 4 MiB block; plain segments
-     * need a new segment, and give it back for a 20 MiB one of the 4 MiB block's own. */
+     * need a new segment, and give it back for one of the 4 MiB block's own. */
     hipMemPool_t pool;
     OK(hipDeviceGetDefaultMemPool(&pool, 0));
     void *a = NULL, *b = NULL, *c = NULL, *d = NULL;

@@ -19,30 +19,15 @@ enum Step {
     Failed(AllocError),
 }
 
-/// A segment of at most [`MEDIUM_SEGMENT`] for a medium request that wastes the least of itself
-/// on rounding when filled with requests of the same size (9 MiB ones get 18 MiB, not 20).
+/// A segment for the fewest medium requests of `rounded` bytes that waste at most
+/// 1 / [`MEDIUM_WASTE`] of it on rounding, and at most [`MEDIUM_SEGMENT`]: 8 MiB ones get 8 MiB
+/// each, 2.25 MiB ones 12 MiB for five, 9 MiB ones 18 MiB for two.
 fn medium_segment(rounded: u64) -> u64 {
-    let mut best = (u64::MAX, round_up(rounded, SEGMENT));
-    for k in 1..=(MEDIUM_SEGMENT / rounded).max(1) {
-        let size = round_up(k * rounded, SEGMENT);
-        // Waste per byte, compared exactly: (size - k * rounded) / size.
-        let waste = (size - k * rounded) * (MEDIUM_SEGMENT / SEGMENT) / (size / SEGMENT);
-        if waste <= best.0 {
-            best = (waste, size);
-        }
-    }
-    best.1
-}
-
-/// A segment for the fewest requests of `rounded` bytes that waste at most 1 / [`MEDIUM_WASTE`]
-/// of it on rounding, and at most `most` (2.25 MiB requests get 12 MiB for five of them,
-/// a 9.5 MiB one 10 MiB for itself).
-fn snug_segment(rounded: u64, most: u64) -> u64 {
     let mut k = 1;
     loop {
         let size = round_up(k * rounded, SEGMENT);
-        if (size - k * rounded) * MEDIUM_WASTE <= size || size >= most {
-            return size.min(most);
+        if (size - k * rounded) * MEDIUM_WASTE <= size || size >= MEDIUM_SEGMENT {
+            return size.min(MEDIUM_SEGMENT);
         }
         k += 1;
     }
@@ -354,12 +339,6 @@ impl<S: DeviceSource> Pool<S> {
             .then(|| st.newest_idle_plain())
             .flatten();
         self.trim_before_growth(st, minimal, preferred, keep);
-        let held = st.stats.reserved + st.stats.external;
-        let preferred = if held + preferred > self.growth_limit(st, minimal) {
-            snug_segment(rounded, preferred)
-        } else {
-            preferred
-        };
         let cap = st.stats.cap;
         let room = cap.saturating_sub(st.stats.reserved + st.stats.external);
         let mut size = if preferred <= room {

@@ -57,15 +57,14 @@ pub const GRANULE: u64 = 256;
 pub const SEGMENT: u64 = 2 << 20;
 /// Requests up to this size share 2 MiB segments of their own (the small pool).
 pub const SMALL_REQUEST: u64 = 1 << 20;
-/// Requests up to this size get a segment of up to [`MEDIUM_SEGMENT`] that holds a whole number of
-/// them, so the next few of the same size land in it too.
+/// Requests up to this size get a segment of up to [`MEDIUM_SEGMENT`] that may hold several of
+/// them, so the next few of the same size land in it too (see [`MEDIUM_WASTE`]).
 pub const MEDIUM_REQUEST: u64 = 10 << 20;
 pub const MEDIUM_SEGMENT: u64 = 20 << 20;
-/// A segment grown past the peak for a medium request holds the fewest of them that waste at
-/// most 1 / n of it on rounding, not the [`MEDIUM_SEGMENT`] that wastes least: in a program
-/// whose live memory only rises (a model loading), each growth is a new peak. Plain segments
-/// only; chosen on the TUNE traces (docs/benchmarks.md, session 15: 1/8 and 1/32 each put one
-/// over 1.10).
+/// A medium request's plain segment holds the fewest of them that waste at most 1 / n of it on
+/// rounding: more would only save device calls, and each one freed late keeps the rest. Chosen
+/// on the TUNE traces (docs/benchmarks.md, session 15: TUNE's max 1.060 with 1/16, 1.072 with
+/// 1/8, 1.067 with 1/32, 1.085 with the segment of up to 20 MiB that wasted least, as before).
 pub const MEDIUM_WASTE: u64 = 16;
 /// With plain segments, a free block of a segment larger than [`MEDIUM_SEGMENT`] serves a
 /// request of at least 1 / n of it, unless growing instead would set a new peak: gru_asr's
