@@ -69,7 +69,7 @@ pub const MEDIUM_WASTE: u64 = 16;
 /// With plain segments, a free block of a segment larger than [`MEDIUM_SEGMENT`] serves a
 /// request of at least 1 / n of it, unless growing instead would set a new peak: gru_asr's
 /// 486 MiB segment, split for two 35 MiB blocks, was kept whole by them when a 704 MiB request
-/// came (its plain ratio 1.280 -> 1.056; docs/benchmarks.md, session 15).
+/// came (its plain ratio 1.280 -> 1.049; docs/benchmarks.md, session 15).
 pub const NEAR_SHARE: u64 = 2;
 /// A piece mapped for a request reaches past it, into free address space, until it holds at
 /// least this fraction (1 / n) of what the pool has mapped: see `virtual_segment::piece_target`.

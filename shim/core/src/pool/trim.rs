@@ -55,7 +55,7 @@ impl<S: DeviceSource> Pool<S> {
     }
 
     /// Gives device memory back, oldest first, until at most `keep` bytes stay reserved: wholly
-    /// free segments and mappings that no block touches, except mappings under `keep_range`.
+    /// free segments and mappings that no block touches, except what lies under `keep_range`.
     /// Returns the bytes released. Removes no block of a virtual segment.
     pub(super) fn trim_locked(
         &self,
@@ -142,7 +142,7 @@ fn within(keep_range: Option<(u64, u64)>, addr: u64, size: u64) -> bool {
 
 /// What a trim may give back, in order: mappings first, from the top of the address space
 /// down, so what stays mapped is packed low where the large free block that big requests take
-/// from begins; then plain segments, oldest first. Mappings under `keep_range` stay.
+/// from begins; then plain segments, oldest first. What lies under `keep_range` stays.
 fn idle_memory(st: &State, keep_range: Option<(u64, u64)>) -> Vec<Idle> {
     let mut idle: Vec<(u64, Idle)> = st
         .segments
