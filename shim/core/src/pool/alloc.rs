@@ -164,10 +164,12 @@ impl<S: DeviceSource> Pool<S> {
         // synchronize could avoid splits blocks that later requests need whole.
         let quarantine_helps =
             !synced && st.stats.quarantined >= rounded && self.source.may_synchronize();
-        // Within a warm-up, any block serves: it was reserved to be used.
+        // Near only matters for plain segments (a virtual one's free blocks are address space,
+        // so this path asks nothing more of them); within a warm-up any block serves: it was
+        // reserved to be used.
         let fit = if quarantine_helps {
             Fit::Close
-        } else if st.stats.peak_live < self.options.warmup {
+        } else if st.virtual_memory || st.stats.peak_live < self.options.warmup {
             Fit::Any
         } else {
             Fit::Near
