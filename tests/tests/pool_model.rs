@@ -1273,6 +1273,41 @@ fn a_loop_at_the_peak_maps_its_memory_once() {
     pool.free(base);
 }
 
+/// A large request that finds a mapped stretch at the end of a free block ends where that
+/// stretch ends, mapping only what lies before it: 24 MiB asked of a free block of 24 MiB
+/// given back and then 16 MiB still mapped takes the 16 MiB and maps 8, not 24 at the block's
+/// start (which would leave the 16 MiB idle and mapped beside it, as seg_infer_long's large
+/// blocks kept the ends of 16 MiB pieces: docs/benchmarks.md, session 16).
+#[test]
+fn a_large_request_ends_where_a_mapped_stretch_ends() {
+    const MIB: u64 = 1 << 20;
+    let mut o = options(None);
+    o.piece_size = 2 * MIB;
+    let pool = Pool::new(CountingSource::new(DEVICE), o);
+    let a = pool.alloc(24 * MIB).unwrap();
+    let b = pool.alloc(16 * MIB).unwrap();
+    let c = pool.alloc(12 * MIB).unwrap();
+    assert_eq!((b, c), (a + 24 * MIB, a + 40 * MIB), "side by side");
+    pool.free(a);
+    pool.synchronized(pool.quarantine_mark());
+    pool.trim_to(0);
+    pool.free(b);
+    pool.synchronized(pool.quarantine_mark());
+    assert_eq!(
+        pool.stats().reserved,
+        28 * MIB,
+        "b's 16 MiB and c's 12 stay mapped"
+    );
+    let d = pool.alloc(24 * MIB).unwrap();
+    pool.check_invariants().unwrap();
+    assert_eq!(d, a + 16 * MIB, "d ends where b's memory ends");
+    assert_eq!(pool.stats().reserved, 36 * MIB, "8 MiB mapped for d");
+    assert_eq!(pool.source().used(), 36 * MIB, "the device agrees");
+    for x in [c, d] {
+        pool.free(x);
+    }
+}
+
 /// A pool of plain segments whose device holds `device` bytes.
 fn plain_pool(device: u64) -> Pool<CountingSource> {
     let mut o = options_with(None, false);

@@ -75,11 +75,6 @@ impl Pages {
         self.pages[((addr - self.base) / SEGMENT) as usize].mapping
     }
 
-    /// Whether the page just below `at` (page-aligned) is unmapped or outside the segment.
-    pub(crate) fn unmapped_below(&self, at: u64) -> bool {
-        at == self.base || self.pages[((at - self.base) / SEGMENT) as usize - 1].mapping == NIL
-    }
-
     /// Whether every page under `[addr, addr + size)` is mapped.
     pub(crate) fn is_mapped(&self, addr: u64, size: u64) -> bool {
         self.range(addr, size).all(|p| self.pages[p].mapping != NIL)
@@ -228,18 +223,23 @@ impl Mappings {
             .collect()
     }
 
-    /// Addresses in `(addr, addr + len]` of segment `seg` where a stretch of mapped pages
-    /// begins (a mapping with nothing mapped just below it).
-    pub(crate) fn stretch_starts(&self, pages: &Pages, seg: u32, addr: u64, len: u64) -> Vec<u64> {
-        let mut out: Vec<u64> = self
-            .runs
-            .iter()
-            .flatten()
-            .filter(|m| m.seg == seg && m.addr > addr && m.addr <= addr + len)
-            .filter(|m| pages.unmapped_below(m.addr))
-            .map(|m| m.addr)
-            .collect();
+    /// Addresses in `(addr, addr + len]` of segment `seg` where a window of `rounded` bytes
+    /// may start to use mapped memory: where a mapping begins, or where the window ends as one
+    /// does. Ending there, a request uses the tail of a piece and leaves the next whole, where a
+    /// window from the piece's start would end inside one and keep all of it (seg_infer_long's
+    /// 144 MiB block kept a 16 MiB piece for 0.6 MiB of it: docs/benchmarks.md, session 16).
+    pub(crate) fn window_starts(&self, seg: u32, addr: u64, len: u64, rounded: u64) -> Vec<u64> {
+        let mut out: Vec<u64> = Vec::new();
+        for m in self.runs.iter().flatten().filter(|m| m.seg == seg) {
+            let ending = (m.addr + m.size).checked_sub(rounded);
+            for at in [Some(m.addr), ending].into_iter().flatten() {
+                if at > addr && at <= addr + len && at % SEGMENT == 0 {
+                    out.push(at);
+                }
+            }
+        }
         out.sort_unstable();
+        out.dedup();
         out
     }
 

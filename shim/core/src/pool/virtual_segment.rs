@@ -133,8 +133,8 @@ impl State {
     }
 
     /// In free block `i` of a virtual segment, where to place `rounded` bytes: for a large
-    /// request where it needs the least memory mapped (the block's start, or where a mapped
-    /// stretch inside it begins); for a small one past any idle piece of several pages at the
+    /// request where it needs the least memory mapped (the block's start, or where a mapping
+    /// inside it begins or ends, the lowest of equals); for a small one past any idle piece of several pages at the
     /// block's start, where the block reaches that far. Nothing changes: the caller splits there
     /// once the memory is mapped, so a failed map leaves the block whole.
     pub(super) fn best_window(&self, i: u32, rounded: u64) -> u64 {
@@ -155,7 +155,7 @@ impl State {
         let mut best = (unmapped(addr), addr);
         for at in self
             .mappings
-            .stretch_starts(pages, seg, addr, size - rounded)
+            .window_starts(seg, addr, size - rounded, rounded)
         {
             if best.0 == 0 {
                 break;
