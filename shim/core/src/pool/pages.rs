@@ -32,6 +32,10 @@ pub(crate) struct Mapping {
     pub seg: u32,
     /// Pages of the run that some block touches; releasable at 0.
     busy: u32,
+    /// The free that left it idle, as a mark (its sequence + 1) that a synchronize must have
+    /// begun at or after before it is unmapped: 0 when freed through the quarantine (already
+    /// synchronized) or never used.
+    pub idle_since: u64,
 }
 
 impl Pages {
@@ -97,7 +101,12 @@ impl Pages {
             let page = &mut self.pages[p];
             page.uses -= 1;
             if page.uses == 0 {
-                mappings.get_mut(page.mapping).busy -= 1;
+                let stamp = mappings.stamp;
+                let m = mappings.get_mut(page.mapping);
+                m.busy -= 1;
+                if m.busy == 0 {
+                    m.idle_since = stamp;
+                }
             }
         }
     }
@@ -170,6 +179,8 @@ impl Pages {
 pub(crate) struct Mappings {
     runs: Vec<Option<Mapping>>,
     vacant: Vec<u32>,
+    /// What a mapping left idle now gets as [`Mapping::idle_since`]: set around a free in order.
+    pub stamp: u64,
 }
 
 impl Mappings {
@@ -188,6 +199,7 @@ impl Mappings {
             token,
             seg,
             busy: 0,
+            idle_since: 0,
         };
         let i = match self.vacant.pop() {
             Some(i) => {
