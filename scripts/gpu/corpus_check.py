@@ -8,7 +8,10 @@ PyTorch's own figures of the same workload (data/traces/gpu_figures.json). These
 side (each process measures its own peaks). Then step time, rocmguard with the cache off
 against PyTorch's cache, in interleaved pairs of processes run one at a time (order alternating
 within pairs): per pair the time of the steps after the first (the same shapes in both, as the
-seeds are fixed), then the median of the pairs' ratios per workload with its 95% interval.
+seeds are fixed), then the median of the pairs' ratios per workload with its 95% interval;
+beside it (MEDTIME) the same of the ratio of the median steps after the first, which a step
+disturbed now and then moves less (seg_infer's per-process median step varies by about 0.5%
+where its sum varies by 5%: docs/benchmarks.md, session 16).
 With `--tune-confs FILE`, each line `WORKLOAD CONF [PREDICTED_BYTES]` runs that workload with
 PyTorch's cache on and `PYTORCH_CUDA_ALLOC_CONF=CONF` (`default` for none; a `pytorch:` or
 `PYTORCH_HIP_ALLOC_CONF=` prefix is dropped, so `rocmguard tune`'s line pastes as it is) and
@@ -152,6 +155,12 @@ def pair_ratio(shim, torch):
     return sum(shim[1:n]) / sum(torch[1:n]) if n > 1 else shim[0] / torch[0]
 
 
+def pair_ratio_of_medians(shim, torch):
+    """The shim's median step over PyTorch's, of the steps both ran after the first."""
+    n = min(len(shim), len(torch))
+    return statistics.median(shim[1:n]) / statistics.median(torch[1:n]) if n > 1 else shim[0] / torch[0]
+
+
 def median_interval(values):
     """The median's distribution-free 95% interval: the order statistics k and n + 1 - k, k the
     largest with P(Binomial(n, 1/2) < k) <= 0.025 (None below 6 values)."""
@@ -257,17 +266,21 @@ def report_tune(done, out):
 
 def report_times(times, out):
     print("\nstep time, rocmguard (cache off) / PyTorch's cache, interleaved processes: per pair the"
-          " sum of the steps after the first, then the median of the pairs and its 95% interval")
+          " sum of the steps after the first, then the median of the pairs and its 95% interval"
+          " (TIME); the same of the pairs' ratio of median steps (MEDTIME)")
     per = {}
     for (w, k), t in sorted(times.items()):
         if "shim" in t and "torch" in t:
-            per.setdefault(w, []).append(pair_ratio(t["shim"], t["torch"]))
-    for w, rs in per.items():
-        m, ci = statistics.median(rs), median_interval(rs)
-        interval = f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "[too few pairs]"
-        print(f"TIME {w:<16} pairs {len(rs)} median {m:.4f} ({(m - 1) * 100:+.2f}%) {interval} "
-              f"pairs {' '.join(f'{r:.4f}' for r in rs)}")
-        out["step_time"][w] = dict(pairs=rs, median=m, interval=ci)
+            per.setdefault(w, []).append((pair_ratio(t["shim"], t["torch"]), pair_ratio_of_medians(t["shim"], t["torch"])))
+    for w, both in per.items():
+        figures = dict(steps={k: t for (x, k), t in times.items() if x == w})
+        for tag, key, rs in (("TIME", "", [r for r, _ in both]), ("MEDTIME", "median_step_", [r for _, r in both])):
+            m, ci = statistics.median(rs), median_interval(rs)
+            interval = f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "[too few pairs]"
+            print(f"{tag} {w:<16} pairs {len(rs)} median {m:.4f} ({(m - 1) * 100:+.2f}%) {interval} "
+                  f"pairs {' '.join(f'{r:.4f}' for r in rs)}")
+            figures.update({key + "pairs": rs, key + "median": m, key + "interval": ci})
+        out["step_time"][w] = figures
 
 
 def main():
