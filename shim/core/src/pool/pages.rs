@@ -32,9 +32,8 @@ pub(crate) struct Mapping {
     pub seg: u32,
     /// Pages of the run that some block touches; releasable at 0.
     busy: u32,
-    /// The free that left it idle, as a mark (its sequence + 1) that a synchronize must have
-    /// begun at or after before it is unmapped: 0 when freed through the quarantine (already
-    /// synchronized) or never used.
+    /// The mark of the last free in order when it went idle (its sequence + 1; 0 if none yet
+    /// or never used): a synchronize must have begun at or after it before it is unmapped.
     pub idle_since: u64,
 }
 
@@ -95,17 +94,17 @@ impl Pages {
         }
     }
 
-    /// Takes back what [`Pages::pin`] counted.
-    pub(crate) fn unpin(&mut self, mappings: &mut Mappings, addr: u64, size: u64) {
+    /// Takes back what [`Pages::pin`] counted; a mapping left idle gets `mark` as its
+    /// [`Mapping::idle_since`].
+    pub(crate) fn unpin(&mut self, mappings: &mut Mappings, addr: u64, size: u64, mark: u64) {
         for p in self.range(addr, size) {
             let page = &mut self.pages[p];
             page.uses -= 1;
             if page.uses == 0 {
-                let stamp = mappings.stamp;
                 let m = mappings.get_mut(page.mapping);
                 m.busy -= 1;
                 if m.busy == 0 {
-                    m.idle_since = stamp;
+                    m.idle_since = mark;
                 }
             }
         }
@@ -179,8 +178,6 @@ impl Pages {
 pub(crate) struct Mappings {
     runs: Vec<Option<Mapping>>,
     vacant: Vec<u32>,
-    /// What a mapping left idle now gets as [`Mapping::idle_since`]: set around a free in order.
-    pub stamp: u64,
 }
 
 impl Mappings {
@@ -332,9 +329,9 @@ mod tests {
         pages.pin(&mut maps, base + MIB, 256);
         pages.pin(&mut maps, base + MIB + 256, 4 * MIB);
         assert!(maps.idle().is_empty());
-        pages.unpin(&mut maps, base + MIB, 256);
+        pages.unpin(&mut maps, base + MIB, 256, 0);
         assert!(maps.idle().is_empty());
-        pages.unpin(&mut maps, base + MIB + 256, 4 * MIB);
+        pages.unpin(&mut maps, base + MIB + 256, 4 * MIB, 0);
         let idle = maps.idle();
         assert_eq!(idle.len(), 1);
         let m = maps.remove(&mut pages, idle[0]);

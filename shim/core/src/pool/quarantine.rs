@@ -24,9 +24,7 @@ impl<S: DeviceSource> Pool<S> {
         st.stats.frees += 1;
         if self.source.in_order() {
             st.freed_in_order = seq + 1;
-            st.mappings.stamp = seq + 1;
             let emptied = st.release_block(i);
-            st.mappings.stamp = 0;
             self.trim_past_threshold(&mut st, emptied);
         } else {
             st.quarantine.push_back((seq, i));
