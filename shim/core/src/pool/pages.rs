@@ -32,9 +32,6 @@ pub(crate) struct Mapping {
     pub seg: u32,
     /// Pages of the run that some block touches; releasable at 0.
     busy: u32,
-    /// The mark of the last free in order when it went idle (its sequence + 1; 0 if none yet
-    /// or never used): a synchronize must have begun at or after it before it is unmapped.
-    pub idle_since: u64,
 }
 
 impl Pages {
@@ -94,18 +91,13 @@ impl Pages {
         }
     }
 
-    /// Takes back what [`Pages::pin`] counted; a mapping left idle gets `mark` as its
-    /// [`Mapping::idle_since`].
-    pub(crate) fn unpin(&mut self, mappings: &mut Mappings, addr: u64, size: u64, mark: u64) {
+    /// Takes back what [`Pages::pin`] counted.
+    pub(crate) fn unpin(&mut self, mappings: &mut Mappings, addr: u64, size: u64) {
         for p in self.range(addr, size) {
             let page = &mut self.pages[p];
             page.uses -= 1;
             if page.uses == 0 {
-                let m = mappings.get_mut(page.mapping);
-                m.busy -= 1;
-                if m.busy == 0 {
-                    m.idle_since = mark;
-                }
+                mappings.get_mut(page.mapping).busy -= 1;
             }
         }
     }
@@ -196,7 +188,6 @@ impl Mappings {
             token,
             seg,
             busy: 0,
-            idle_since: 0,
         };
         let i = match self.vacant.pop() {
             Some(i) => {
@@ -329,9 +320,9 @@ mod tests {
         pages.pin(&mut maps, base + MIB, 256);
         pages.pin(&mut maps, base + MIB + 256, 4 * MIB);
         assert!(maps.idle().is_empty());
-        pages.unpin(&mut maps, base + MIB, 256, 0);
+        pages.unpin(&mut maps, base + MIB, 256);
         assert!(maps.idle().is_empty());
-        pages.unpin(&mut maps, base + MIB + 256, 4 * MIB, 0);
+        pages.unpin(&mut maps, base + MIB + 256, 4 * MIB);
         let idle = maps.idle();
         assert_eq!(idle.len(), 1);
         let m = maps.remove(&mut pages, idle[0]);

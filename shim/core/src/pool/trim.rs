@@ -79,7 +79,7 @@ impl<S: DeviceSource> Pool<S> {
                     let _ = timed(&mut st.stats.device_us, || self.source.free(addr, size));
                     size
                 }
-                Idle::Mapping(m) if !self.settle_for_unmap(st, m) => continue,
+                Idle::Mapping(_) if !self.settle_for_unmap(st) => continue,
                 Idle::Mapping(m) => {
                     let m = st.remove_mapping(m);
                     let unmap = || self.source.unmap(m.addr, m.size, m.token);
@@ -94,12 +94,11 @@ impl<S: DeviceSource> Pool<S> {
         released
     }
 
-    /// Before unmapping mapping `m`, idle since a free in order: the device may still be
-    /// working on it (unmap, unlike the runtime's free, does not wait), so synchronize first,
-    /// with the lock held as it is rare; not if a synchronize began after that free. False if
-    /// that cannot be done now.
-    fn settle_for_unmap(&self, st: &mut State, m: u32) -> bool {
-        if st.mappings.get(m).idle_since <= st.synced_mark {
+    /// Before unmapping memory freed in order: the device may still be working on it (unmap,
+    /// unlike the runtime's free, does not wait), so synchronize first, with the lock held as
+    /// it is rare. False if that cannot be done now.
+    fn settle_for_unmap(&self, st: &mut State) -> bool {
+        if st.freed_in_order <= st.synced_mark {
             return true;
         }
         if !self.source.may_synchronize() {

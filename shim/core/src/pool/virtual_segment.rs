@@ -3,7 +3,7 @@
 //! request needs the least memory mapped. The pages' own bookkeeping is in [`super::pages`].
 
 use super::block::Block;
-use super::pages::{Mapping, Mappings, Pages};
+use super::pages::{Mapping, Pages};
 use super::state::{Backing, Kind, Segment, State};
 use super::{
     round_up, timed, AllocError, Pool, ADDRESS_SPACE_PER_CAP, MEDIUM_REQUEST, NIL, PIECE_OF_PEAK,
@@ -64,31 +64,26 @@ impl State {
 
     /// Counts block `i` (live or quarantined) on its virtual segment's pages.
     pub(super) fn pin_pages(&mut self, i: u32) {
-        if let Some((pages, mappings, addr, size)) = self.pages_under(i) {
-            pages.pin(mappings, addr, size);
-        }
+        self.count_on_pages(i, Pages::pin);
     }
 
-    /// Takes back what [`State::pin_pages`] counted. A mapping it leaves idle is marked with
-    /// the last free in order: it may go back once a synchronize begun after that free is done
-    /// (exactly this block's free when freed in order; at worst a needless synchronize when
-    /// released from quarantine, already synchronized).
+    /// Takes back what [`State::pin_pages`] counted.
     pub(super) fn unpin_pages(&mut self, i: u32) {
-        let mark = self.freed_in_order;
-        if let Some((pages, mappings, addr, size)) = self.pages_under(i) {
-            pages.unpin(mappings, addr, size, mark);
-        }
+        self.count_on_pages(i, Pages::unpin);
     }
 
-    /// Block `i`'s virtual segment's pages, every mapping, and the block's range.
-    fn pages_under(&mut self, i: u32) -> Option<(&mut Pages, &mut Mappings, u64, u64)> {
+    fn count_on_pages(
+        &mut self,
+        i: u32,
+        count: fn(&mut Pages, &mut super::pages::Mappings, u64, u64),
+    ) {
         let b = &self.blocks[i as usize];
         let (addr, size) = (b.addr, b.size);
-        match self.segments.get_mut(b.seg as usize) {
-            Some(Some(Segment {
-                pages: Some(pages), ..
-            })) => Some((pages, &mut self.mappings, addr, size)),
-            _ => None,
+        if let Some(Some(Segment {
+            pages: Some(pages), ..
+        })) = self.segments.get_mut(b.seg as usize)
+        {
+            count(pages, &mut self.mappings, addr, size);
         }
     }
 
