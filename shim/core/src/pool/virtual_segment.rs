@@ -134,9 +134,10 @@ impl State {
 
     /// In free block `i` of a virtual segment, where to place `rounded` bytes: for a large
     /// request where it needs the least memory mapped (the block's start, or where a mapping
-    /// inside it begins or ends, the lowest of equals); for a small one past any idle piece of several pages at the
-    /// block's start, where the block reaches that far. Nothing changes: the caller splits there
-    /// once the memory is mapped, so a failed map leaves the block whole.
+    /// inside it begins or ends, the lowest of equals); for a small one past any idle piece of
+    /// several pages at the block's start, where the block reaches that far. Nothing changes:
+    /// the caller splits there once the memory is mapped, so a failed map leaves the block
+    /// whole.
     pub(super) fn best_window(&self, i: u32, rounded: u64) -> u64 {
         let b = &self.blocks[i as usize];
         let (addr, size, seg) = (b.addr, b.size, b.seg);
