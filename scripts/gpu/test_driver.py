@@ -17,6 +17,7 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import corpus_check  # noqa: E402
 import driver  # noqa: E402
 import inprocess  # noqa: E402
 import overhead  # noqa: E402
@@ -520,6 +521,40 @@ class Launch(unittest.TestCase):
             rc, timed_out = runner.launch(["sh", "-c", "sleep 30 & sleep 30"], {"PATH": "/usr/bin:/bin"}, 1, out, err)
             self.assertTrue(timed_out)
 
+
+
+class CorpusStepTime(unittest.TestCase):
+    """corpus_check's step-time figures from made-up step lists (seconds), as a run's JSON
+    holds them: a step disturbed now and then must move the ratio of median steps (MEDTIME)
+    far less than the ratio of sums (TIME)."""
+
+    def pairs(self, spike):
+        # Eight pairs; the shim's steps 2% longer; in every other pair one shim step spiked.
+        times = {}
+        for k in range(8):
+            shim = [0.5] + [0.0102] * 19
+            if k % 2:
+                shim[5] = spike
+            times[("w", k)] = {"shim": shim, "torch": [0.5] + [0.0100] * 19}
+        return times
+
+    def test_a_spike_moves_the_sums_not_the_medians(self):
+        out = {"step_time": {}}
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            corpus_check.report_times(self.pairs(spike=0.05), out)
+        figures = out["step_time"]["w"]
+        self.assertAlmostEqual(figures["median_step_median"], 1.02, places=6)
+        self.assertEqual(figures["median_step_interval"], (1.02, 1.02))
+        low, high = figures["interval"]
+        self.assertLess(low, 1.03)
+        self.assertGreater(high, 1.2, "the spiked pairs' sums")
+        self.assertEqual(sorted(figures["steps"]), list(range(8)), "every step kept")
+        self.assertIn("MEDTIME w", printed.getvalue())
+
+    def test_the_first_step_is_left_out(self):
+        shim, torch = [9.0, 1.0, 1.0, 1.0], [0.1, 1.0, 1.0, 1.0]
+        self.assertEqual(corpus_check.pair_ratio_of_medians(shim, torch), 1.0)
+        self.assertEqual(corpus_check.pair_ratio(shim, torch), 1.0)
 
 if __name__ == "__main__":
     print("test_driver.py: the GPU check's driver judged against FAKE runs (no GPU, no shim); "
