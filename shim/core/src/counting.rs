@@ -29,6 +29,8 @@ pub struct CountingSource {
     queued: Mutex<Vec<(u64, u64)>>,
     /// Mappings given back while work queued on the device might still touch them.
     pub unsafe_unmaps: AtomicU64,
+    /// Whether a synchronize fails (and so leaves queued work queued).
+    pub failing_syncs: AtomicBool,
 }
 
 impl CountingSource {
@@ -45,6 +47,7 @@ impl CountingSource {
             in_order: AtomicBool::new(false),
             queued: Mutex::new(Vec::new()),
             unsafe_unmaps: AtomicU64::new(0),
+            failing_syncs: AtomicBool::new(false),
         }
     }
 
@@ -196,6 +199,12 @@ impl DeviceSource for CountingSource {
 
     fn synchronize(&self) -> Result<(), SourceError> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
+        if self.failing_syncs.load(Ordering::Relaxed) {
+            return Err(SourceError {
+                code: 999,
+                out_of_memory: false,
+            });
+        }
         self.forget_queued();
         Ok(())
     }

@@ -30,9 +30,19 @@ pub(crate) struct Mapping {
     pub token: u64,
     /// The virtual segment it lies in.
     pub seg: u32,
-    /// Pages of the run that some block touches; releasable at 0.
+    /// Pages of the run that some block touches ([`COUNT`]; releasable at 0), and while there
+    /// are none, whether the device may still use it ([`PENDING`], [`SETTLED`]).
     busy: u32,
 }
+
+/// An idle mapping's flag: idle when a synchronize of the pool's began.
+const PENDING: u32 = 1 << 31;
+/// An idle mapping's flag: idle since before a synchronize that completed, so the device no
+/// longer uses it and it may go back without another. The pin that makes it busy clears both
+/// flags in the same store as its count (no cost on the hot path).
+const SETTLED: u32 = 1 << 30;
+/// The count of busy pages in [`Mapping::busy`].
+const COUNT: u32 = SETTLED - 1;
 
 impl Pages {
     pub(crate) fn new(base: u64, size: u64) -> Pages {
@@ -85,7 +95,8 @@ impl Pages {
         for p in self.range(addr, size) {
             let page = &mut self.pages[p];
             if page.uses == 0 {
-                mappings.get_mut(page.mapping).busy += 1;
+                let m = mappings.get_mut(page.mapping);
+                m.busy = (m.busy & COUNT) + 1;
             }
             page.uses += 1;
         }
@@ -170,6 +181,8 @@ impl Pages {
 pub(crate) struct Mappings {
     runs: Vec<Option<Mapping>>,
     vacant: Vec<u32>,
+    /// Whether a synchronize's flags are out ([`Mappings::begin_synchronize`]).
+    flagged: bool,
 }
 
 impl Mappings {
@@ -218,9 +231,46 @@ impl Mappings {
             .iter()
             .enumerate()
             .filter_map(|(i, m)| m.as_ref().map(|m| (i, m)))
-            .filter(|(_, m)| m.busy == 0)
+            .filter(|(_, m)| m.busy & COUNT == 0)
             .map(|(i, _)| i as u32)
             .collect()
+    }
+
+    /// Flags the idle mappings as a synchronize begins, unless another's flags are out (two
+    /// at once on two threads: the first to end would settle what went idle after it began).
+    /// Returns whether it flagged; then [`Mappings::end_synchronize`] settles those still idle
+    /// when it completes.
+    pub(crate) fn begin_synchronize(&mut self) -> bool {
+        if self.flagged {
+            return false;
+        }
+        self.flagged = true;
+        for m in self.runs.iter_mut().flatten() {
+            if m.busy & COUNT == 0 {
+                m.busy |= PENDING;
+            }
+        }
+        true
+    }
+
+    /// After a synchronize that flagged: what was idle throughout it is settled if it
+    /// `completed`.
+    pub(crate) fn end_synchronize(&mut self, completed: bool) {
+        self.flagged = false;
+        for m in self.runs.iter_mut().flatten() {
+            if m.busy & PENDING != 0 {
+                m.busy = if completed {
+                    SETTLED
+                } else {
+                    m.busy & !PENDING
+                };
+            }
+        }
+    }
+
+    /// Whether idle mapping `i` may go back with no synchronize first.
+    pub(crate) fn is_settled(&self, i: u32) -> bool {
+        self.get(i).busy & SETTLED != 0
     }
 
     /// Addresses in `(addr, addr + len]` of segment `seg` where a window of `rounded` bytes
@@ -256,11 +306,16 @@ impl Mappings {
                         m.addr, m.size, pages
                     ));
                 }
-                if m.busy != busy {
+                if m.busy & COUNT != busy {
                     return Err(format!(
                         "mapping at {:#x} counts {} busy pages, not {}",
-                        m.addr, m.busy, busy
+                        m.addr,
+                        m.busy & COUNT,
+                        busy
                     ));
+                }
+                if busy > 0 && m.busy & !COUNT != 0 {
+                    return Err(format!("busy mapping at {:#x} flagged idle", m.addr));
                 }
                 total += m.size;
             }
@@ -280,7 +335,7 @@ impl Mappings {
     /// keep all of it mapped.
     pub(crate) fn is_idle_run(&self, i: u32) -> bool {
         let m = self.get(i);
-        m.busy == 0 && m.size > SEGMENT
+        m.busy & COUNT == 0 && m.size > SEGMENT
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -79,7 +79,7 @@ impl<S: DeviceSource> Pool<S> {
                     let _ = timed(&mut st.stats.device_us, || self.source.free(addr, size));
                     size
                 }
-                Idle::Mapping(_) if !self.settle_for_unmap(st) => continue,
+                Idle::Mapping(m) if !self.settle_for_unmap(st, m) => continue,
                 Idle::Mapping(m) => {
                     let m = st.remove_mapping(m);
                     let unmap = || self.source.unmap(m.addr, m.size, m.token);
@@ -97,8 +97,9 @@ impl<S: DeviceSource> Pool<S> {
     /// Before unmapping memory freed in order: the device may still be working on it (unmap,
     /// unlike the runtime's free, does not wait), so synchronize first, with the lock held as
     /// it is rare. False if that cannot be done now.
-    fn settle_for_unmap(&self, st: &mut State) -> bool {
-        if st.freed_in_order <= st.synced_mark {
+    /// Not for mapping `m` if it was idle before a synchronize that completed.
+    fn settle_for_unmap(&self, st: &mut State, m: u32) -> bool {
+        if st.freed_in_order <= st.synced_mark || st.mappings.is_settled(m) {
             return true;
         }
         if !self.source.may_synchronize() {
@@ -106,11 +107,15 @@ impl<S: DeviceSource> Pool<S> {
         }
         let mark = st.next_free_seq;
         st.stats.syncs += 1;
-        if timed(&mut st.stats.sync_us, || self.source.synchronize()).is_err() {
-            return false;
+        let flagged = st.mappings.begin_synchronize();
+        let synced = timed(&mut st.stats.sync_us, || self.source.synchronize()).is_ok();
+        if flagged {
+            st.mappings.end_synchronize(synced);
         }
-        st.synced_mark = mark;
-        true
+        if synced {
+            st.synced_mark = mark;
+        }
+        synced
     }
 
     /// Gives back the address space of virtual segments with nothing mapped in them.
