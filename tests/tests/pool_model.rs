@@ -650,6 +650,22 @@ fn in_order_a_freed_block_is_reused_at_once_and_unmapped_only_after_a_synchroniz
     );
 }
 
+/// Work in order, pages as pieces: 8 MiB blocks `b`, then `a` above it (a trim gives back from
+/// the top down), work queued on `a` and `a` freed. Returns `(pool, b, a)`.
+fn a_freed_above_b() -> (Pool<CountingSource>, u64, u64) {
+    const MIB: u64 = 1 << 20;
+    let mut o = options(None);
+    o.piece_size = 2 * MIB;
+    let pool = Pool::new(CountingSource::new(DEVICE), o);
+    pool.source().set_in_order(true);
+    let b = pool.alloc(8 * MIB).unwrap();
+    let a = pool.alloc(8 * MIB).unwrap();
+    assert_eq!(a, b + 8 * MIB, "a above b");
+    pool.source().queued_use(a, 8 * MIB);
+    pool.free(a);
+    (pool, b, a)
+}
+
 /// Memory left idle before the last synchronize goes back without another: only a mapping
 /// freed in order since then may still be in use by the device. A trim that synchronized
 /// whenever anything was freed since (seg_infer_long: 116 synchronizes replayed; 63 this way,
@@ -658,19 +674,7 @@ fn in_order_a_freed_block_is_reused_at_once_and_unmapped_only_after_a_synchroniz
 fn in_order_memory_idle_before_a_synchronize_goes_back_without_another() {
     use std::sync::atomic::Ordering::Relaxed;
     const MIB: u64 = 1 << 20;
-    let mut o = options(None);
-    o.piece_size = 2 * MIB;
-    let pool = Pool::new(CountingSource::new(DEVICE), o);
-    pool.source().set_in_order(true);
-    let b = pool.alloc(8 * MIB).unwrap();
-    let a = pool.alloc(8 * MIB).unwrap();
-    assert_eq!(
-        a,
-        b + 8 * MIB,
-        "a above b: a trim gives back from the top down"
-    );
-    pool.source().queued_use(a, 8 * MIB);
-    pool.free(a);
+    let (pool, b, a) = a_freed_above_b();
     assert!(pool.reclaim(), "a synchronize after a's free");
     pool.source().queued_use(b, 8 * MIB);
     pool.free(b);
@@ -702,14 +706,7 @@ fn in_order_memory_idle_before_a_synchronize_goes_back_without_another() {
 fn in_order_memory_idle_before_a_failed_synchronize_still_waits() {
     use std::sync::atomic::Ordering::Relaxed;
     const MIB: u64 = 1 << 20;
-    let mut o = options(None);
-    o.piece_size = 2 * MIB;
-    let pool = Pool::new(CountingSource::new(DEVICE), o);
-    pool.source().set_in_order(true);
-    let b = pool.alloc(8 * MIB).unwrap();
-    let a = pool.alloc(8 * MIB).unwrap();
-    pool.source().queued_use(a, 8 * MIB);
-    pool.free(a);
+    let (pool, b, a) = a_freed_above_b();
     pool.source().failing_syncs.store(true, Relaxed);
     pool.reclaim();
     pool.source().failing_syncs.store(false, Relaxed);
