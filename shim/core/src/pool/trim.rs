@@ -94,10 +94,10 @@ impl<S: DeviceSource> Pool<S> {
         released
     }
 
-    /// Before unmapping memory freed in order: the device may still be working on it (unmap,
-    /// unlike the runtime's free, does not wait), so synchronize first, with the lock held as
-    /// it is rare. False if that cannot be done now.
-    /// Not for mapping `m` if it was idle before a synchronize that completed.
+    /// Before unmapping mapping `m`, memory freed in order: the device may still be working on
+    /// it (unmap, unlike the runtime's free, does not wait), so synchronize first, with the lock
+    /// held as it is rare; not if `m` was idle before a synchronize that completed. False if
+    /// that cannot be done now.
     fn settle_for_unmap(&self, st: &mut State, m: u32) -> bool {
         if st.freed_in_order <= st.synced_mark || st.mappings.is_settled(m) {
             return true;
