@@ -307,8 +307,11 @@ impl<S: DeviceSource> Pool<S> {
     /// Whether taking `grow` more bytes would pass [`Pool::growth_limit`] with plain segments,
     /// even once every idle one went back (with virtual segments: never).
     fn growth_sets_peak_after_trim(&self, st: &State, grow: u64) -> bool {
+        if st.virtual_memory {
+            return false;
+        }
         let held = st.stats.reserved + st.stats.external - st.idle_plain();
-        !st.virtual_memory && held + grow > self.growth_limit(st, grow)
+        held + grow > self.growth_limit(st, grow)
     }
 
     /// Adds a segment that can serve `rounded` bytes, within cap, headroom and threshold.
