@@ -187,7 +187,54 @@ static void trim(void) {
     OK(hipFree(small));
 }
 
+/* At the peak, 64 MiB freed below a live 64 MiB block, then 96 MiB asked: it fits only past
+ * the live block, where mapping it would set a new peak, so the freed block's pages go first
+ * (with pieces of 2 MiB, ROCMGUARD_CONF=piece_size:2MiB). Device 1 has peer access to device
+ * 0's memory throughout. Prints the handles created for the 96 MiB, whether it all reads back
+ * what was written and is open to device 1, and the device's free memory before and after. */
+static void move(void) {
+    OK(hipSetDevice(1));
+    OK(hipDeviceEnablePeerAccess(0, 0));
+    OK(hipSetDevice(0));
+    size_t before = free_now();
+    void *a = NULL, *b = NULL, *c = NULL;
+    OK(hipMalloc(&a, 64 * MiB));
+    OK(hipMalloc(&b, 64 * MiB));
+    OK(hipMemset(b, 0x11, 64 * MiB));
+    OK(hipFree(a));
+    uint64_t creates = counters().allocs;
+    OK(hipMalloc(&c, 96 * MiB));
+    printf("creates_for_c %llu\n", (unsigned long long)(counters().allocs - creates));
+    OK(hipMemset(c, 0x77, 96 * MiB));
+    int same = 1;
+    unsigned char got[4096];
+    for (size_t at = 0; at < 96 * MiB; at += MiB) {
+        OK(hipMemcpy(got, (char*)c + at, sizeof got, hipMemcpyDeviceToHost));
+        for (size_t i = 0; i < sizeof got; i++) same &= got[i] == 0x77;
+    }
+    OK(hipMemcpy(got, (char*)b + 63 * MiB, sizeof got, hipMemcpyDeviceToHost));
+    for (size_t i = 0; i < sizeof got; i++) same &= got[i] == 0x11;
+    printf("reads_back %d\n", same);
+    Location one = {1, 1};
+    unsigned long long flags = 0, all = 3;
+    for (size_t at = 0; at < 96 * MiB; at += 2 * MiB) {
+        OK(hipMemGetAccess(&flags, &one, (char*)c + at));
+        all &= flags;
+    }
+    printf("peer_access %llu\n", all);
+    OK(hipFree(b));
+    OK(hipFree(c));
+    hipMemPool_t pool = NULL;
+    OK(hipDeviceGetDefaultMemPool(&pool, 0));
+    OK(hipMemPoolTrimTo(pool, 0));
+    printf("free_before_mib %zu\nfree_after_mib %zu\n", before / MiB, free_now() / MiB);
+}
+
 int main(int argc, char** argv) {
+    if (argc > 1 && strcmp(argv[1], "move") == 0) {
+        move();
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "trim") == 0) {
         trim();
         return 0;

@@ -286,6 +286,30 @@ fn peer_access_reaches_pooled_virtual_memory_made_before_and_after() {
     assert_eq!(num(&s, "own_later"), 3);
 }
 
+/// A trim that makes room for a request at the peak moves its pieces under the request, in a
+/// real process on hipsim: the request needs handles only for what the trim did not free, its
+/// memory is the program's to write and read back, open to the peer device as fresh pieces are,
+/// and all of it goes back to the device at the end.
+#[test]
+fn memory_a_trim_frees_for_a_request_moves_under_it() {
+    let s = guarded(
+        &["move"],
+        &[
+            ("HIPSIM_DEVICES", "2"),
+            ("ROCMGUARD_CONF", "piece_size:2MiB"),
+        ],
+    );
+    assert_eq!(
+        num(&s, "creates_for_c"),
+        16,
+        "32 of the 48 pages moved: {}",
+        text(&s.1)
+    );
+    assert_eq!(num(&s, "reads_back"), 1);
+    assert_eq!(num(&s, "peer_access"), 3, "read-write for the peer");
+    assert_eq!(num(&s, "free_after_mib"), num(&s, "free_before_mib"));
+}
+
 /// `program handles 300` with a soft limit of 96 open files (hard limit above it), as ROCm 7's
 /// one descriptor per `hipMemCreate` handle meets a desktop's `ulimit -n`.
 fn handles_under_a_low_soft_limit(mut cmd: Command) -> (HashMap<String, i64>, Output) {

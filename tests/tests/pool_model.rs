@@ -1063,9 +1063,9 @@ fn a_device_that_cannot_map_gets_plain_segments() {
     );
 }
 
-/// A counting device whose mapping calls fail with a driver error while `failing` is set, and
-/// run out of memory once `maps_left` calls have been served; it reserves no more than
-/// `largest_reserve` bytes of address space at once.
+/// A counting device whose mapping calls (fresh or of memory kept) fail with a driver error
+/// while `failing` is set, and run out of memory once `maps_left` calls of fresh memory have
+/// been served; it reserves no more than `largest_reserve` bytes of address space at once.
 struct FailingMap {
     inner: CountingSource,
     failing: std::sync::atomic::AtomicBool,
@@ -1143,6 +1143,21 @@ impl DeviceSource for FailingMap {
     }
     fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), rocmguard_core::SourceError> {
         self.inner.unmap(addr, size, token)
+    }
+    fn moves_memory(&self) -> bool {
+        self.inner.moves_memory()
+    }
+    fn detach(&self, addr: u64, size: u64, token: u64) -> Result<(), rocmguard_core::SourceError> {
+        self.inner.detach(addr, size, token)
+    }
+    fn remap(&self, addr: u64, size: u64, token: u64) -> Result<(), rocmguard_core::SourceError> {
+        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(DRIVER_ERROR);
+        }
+        self.inner.remap(addr, size, token)
+    }
+    fn release(&self, size: u64, token: u64) -> Result<(), rocmguard_core::SourceError> {
+        self.inner.release(size, token)
     }
 }
 
@@ -1383,6 +1398,101 @@ fn a_large_request_ends_where_a_mapped_stretch_ends() {
     for x in [c, d] {
         pool.free(x);
     }
+}
+
+/// A pool of 2 MiB pieces on `source`, all work in one order, with a free block of 64 MiB
+/// still mapped below a live one of 64 MiB: `(pool, the free block, the live one)`. A request
+/// of 96 MiB fits only past the live block, and mapping it there would set a new peak, so the
+/// free block's 32 pieces must go first.
+fn idle_pieces_below_a_live_block<S: DeviceSource>(source: S) -> (Pool<S>, u64, u64) {
+    const MIB: u64 = 1 << 20;
+    let mut o = options(None);
+    o.piece_size = 2 * MIB;
+    let pool = Pool::new(source, o);
+    let a = pool.alloc(64 * MIB).unwrap();
+    let b = pool.alloc(64 * MIB).unwrap();
+    pool.free(a);
+    pool.check_invariants().unwrap();
+    (pool, a, b)
+}
+
+/// Pieces a trim takes to make room for a request are mapped again under it, not given back
+/// and created anew: the driver's release and create are a third of a map and unmap, and a
+/// program whose layout changes at its peak (seg_infer) pays them at every step.
+#[test]
+fn a_trim_before_growth_moves_its_pieces_to_the_request() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const MIB: u64 = 1 << 20;
+    let source = CountingSource::new(DEVICE);
+    source.set_in_order(true);
+    let (pool, a, b) = idle_pieces_below_a_live_block(source);
+    let device = pool.source();
+    let (creates, reserved) = (device.allocs.load(Relaxed), pool.stats().reserved);
+    let c = pool.alloc(96 * MIB).unwrap();
+    pool.check_invariants().unwrap();
+    assert!(device.is_backed(c, 96 * MIB) && !device.is_backed(a, 2 * MIB));
+    assert_eq!(device.remaps.load(Relaxed), 32, "the 32 idle pieces moved");
+    assert_eq!(
+        device.allocs.load(Relaxed) - creates,
+        16,
+        "only the 32 MiB more were created"
+    );
+    assert_eq!(pool.stats().reserved, reserved + 32 * MIB);
+    assert_eq!((device.kept(), device.used()), (0, pool.stats().reserved));
+    pool.free(b);
+    pool.free(c);
+    pool.trim_to(0);
+    assert_eq!(device.used(), 0, "nothing lost");
+}
+
+/// The device out of memory after a trim kept pieces for a request and some were mapped again:
+/// those go back, and the device holds what the pool counts, no more.
+#[test]
+fn out_of_memory_in_the_middle_of_a_moved_map_loses_nothing() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const MIB: u64 = 1 << 20;
+    let source = FailingMap::new();
+    source.inner.set_in_order(true);
+    let (pool, _, b) = idle_pieces_below_a_live_block(source);
+    pool.source().maps_left.store(0, Relaxed);
+    match pool.alloc(96 * MIB) {
+        Err(AllocError::Source(e)) => assert!(e.out_of_memory, "{:?}", e),
+        other => panic!("the device's out-of-memory, not {:?}", other),
+    }
+    let device = &pool.source().inner;
+    assert!(device.remaps.load(Relaxed) > 0, "pieces were moved first");
+    pool.check_invariants().unwrap();
+    assert_eq!((device.kept(), device.used()), (0, pool.stats().reserved));
+    pool.source().maps_left.store(u64::MAX, Relaxed);
+    let c = pool
+        .alloc(96 * MIB)
+        .expect("served once the device has memory");
+    assert!(device.is_backed(c, 96 * MIB));
+    pool.free(b);
+    pool.free(c);
+    pool.trim_to(0);
+    assert_eq!(device.used(), 0, "nothing lost");
+}
+
+/// A device that refuses to map kept memory again (a driver error): the kept pieces go back,
+/// and the request is served as any failed map's is, from a plain segment.
+#[test]
+fn a_refused_move_gives_the_kept_pieces_back() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const MIB: u64 = 1 << 20;
+    let source = FailingMap::new();
+    source.inner.set_in_order(true);
+    let (pool, _, b) = idle_pieces_below_a_live_block(source);
+    pool.source().failing.store(true, Relaxed);
+    let c = pool.alloc(96 * MIB).expect("served from a plain segment");
+    let device = &pool.source().inner;
+    assert!(device.is_backed(c, 96 * MIB));
+    pool.check_invariants().unwrap();
+    assert_eq!((device.kept(), device.used()), (0, pool.stats().reserved));
+    pool.free(b);
+    pool.free(c);
+    pool.trim_to(0);
+    assert_eq!(device.used(), 0, "nothing lost");
 }
 
 /// A pool of plain segments whose device holds `device` bytes.

@@ -31,6 +31,15 @@ pub struct CountingSource {
     pub unsafe_unmaps: AtomicU64,
     /// Whether a synchronize fails (and so leaves queued work queued).
     pub failing_syncs: AtomicBool,
+    /// Pieces unmapped and kept ([`DeviceSource::detach`]): token -> size.
+    kept: Mutex<BTreeMap<u64, u64>>,
+    /// Whether it moves memory ([`DeviceSource::moves_memory`]); on unless turned off.
+    pub moves_memory: AtomicBool,
+    /// Pieces mapped again ([`DeviceSource::remap`]).
+    pub remaps: AtomicU64,
+    /// The last token handed out: tokens are numbers, never addresses, as a kept piece may be
+    /// mapped again elsewhere.
+    tokens: AtomicU64,
 }
 
 impl CountingSource {
@@ -48,6 +57,10 @@ impl CountingSource {
             queued: Mutex::new(Vec::new()),
             unsafe_unmaps: AtomicU64::new(0),
             failing_syncs: AtomicBool::new(false),
+            kept: Mutex::new(BTreeMap::new()),
+            moves_memory: AtomicBool::new(true),
+            remaps: AtomicU64::new(0),
+            tokens: AtomicU64::new(0),
         }
     }
 
@@ -99,6 +112,15 @@ impl CountingSource {
         };
     }
 
+    /// Bytes of pieces kept by [`DeviceSource::detach`] and not yet mapped again or released.
+    pub fn kept(&self) -> u64 {
+        self.kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .sum()
+    }
+
     /// Bytes currently handed out to the pool.
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
@@ -130,6 +152,23 @@ impl CountingSource {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+    }
+
+    /// Unmaps the piece `token` at `addr`, keeping its memory if `keep`: an unmap of memory
+    /// queued work may still use is counted in `unsafe_unmaps`.
+    fn detach_kept(&self, addr: u64, size: u64, token: u64, keep: bool) {
+        if self.is_queued(addr, size) {
+            self.unsafe_unmaps.fetch_add(1, Ordering::Relaxed);
+        }
+        self.note(addr, None);
+        if keep {
+            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            assert!(
+                kept.insert(token, size).is_none(),
+                "{:#x} kept twice",
+                token
+            );
+        }
     }
 
     fn addresses(&self, size: u64) -> u64 {
@@ -178,18 +217,51 @@ impl DeviceSource for CountingSource {
         while at < addr + size {
             let n = chunk.min(addr + size - at);
             self.note(at, Some(n));
-            tokens.push(at);
+            tokens.push(self.tokens.fetch_add(1, Ordering::Relaxed) + 1);
             at += n;
         }
         Ok(tokens)
     }
 
-    fn unmap(&self, addr: u64, size: u64, _token: u64) -> Result<(), SourceError> {
-        if self.is_queued(addr, size) {
-            self.unsafe_unmaps.fetch_add(1, Ordering::Relaxed);
-        }
+    fn unmap(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
+        self.detach_kept(addr, size, token, false);
         self.uncharge(size);
-        self.note(addr, None);
+        Ok(())
+    }
+
+    fn moves_memory(&self) -> bool {
+        self.moves_memory.load(Ordering::Relaxed)
+    }
+
+    fn detach(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
+        self.detach_kept(addr, size, token, true);
+        Ok(())
+    }
+
+    fn remap(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        match kept.get(&token) {
+            Some(&n) if n == size => kept.remove(&token),
+            _ => panic!("remap of {:#x}: not a kept piece of {} bytes", token, size),
+        };
+        self.note(addr, Some(size));
+        self.remaps.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn release(&self, size: u64, token: u64) -> Result<(), SourceError> {
+        let kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&token);
+        assert_eq!(
+            kept,
+            Some(size),
+            "release of {:#x}: not a kept piece",
+            token
+        );
+        self.uncharge(size);
         Ok(())
     }
 

@@ -55,6 +55,28 @@ pub trait DeviceSource: Send + Sync {
     fn unmap(&self, _addr: u64, _size: u64, _token: u64) -> Result<(), SourceError> {
         Err(SourceError::NOT_SUPPORTED)
     }
+
+    /// Whether [`DeviceSource::detach`] works: a trim that frees room for a map at once then
+    /// moves memory to where it is needed instead of giving it back and asking for more (the
+    /// driver's create and release are about a third of a map and unmap, data/driver_cost.csv).
+    fn moves_memory(&self) -> bool {
+        false
+    }
+    /// Unmaps one earlier mapping (a piece of [`DeviceSource::map`] or
+    /// [`DeviceSource::remap`]) but keeps its memory, `token` still valid, for
+    /// [`DeviceSource::remap`] or [`DeviceSource::release`].
+    fn detach(&self, _addr: u64, _size: u64, _token: u64) -> Result<(), SourceError> {
+        Err(SourceError::NOT_SUPPORTED)
+    }
+    /// Maps the `size` bytes of memory `token` kept by [`DeviceSource::detach`] at `addr` of a
+    /// reservation, readable and writable by the device.
+    fn remap(&self, _addr: u64, _size: u64, _token: u64) -> Result<(), SourceError> {
+        Err(SourceError::NOT_SUPPORTED)
+    }
+    /// Gives back the `size` bytes of memory `token` kept by [`DeviceSource::detach`].
+    fn release(&self, _size: u64, _token: u64) -> Result<(), SourceError> {
+        Err(SourceError::NOT_SUPPORTED)
+    }
 }
 
 impl SourceError {

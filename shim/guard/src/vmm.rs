@@ -300,9 +300,33 @@ impl Vmm {
 
     /// Unmaps what [`Vmm::map`] mapped and gives its memory back.
     pub fn unmap(&self, addr: u64, size: u64, handle: u64) -> Result<(), i32> {
-        // SAFETY: exactly one earlier mapping and its handle.
-        check(unsafe { (self.unmap)(addr, size as usize) })?;
+        self.detach(addr, size)?;
+        self.release(handle)
+    }
+
+    /// Unmaps one earlier mapping, keeping its handle's memory.
+    pub fn detach(&self, addr: u64, size: u64) -> Result<(), i32> {
+        // SAFETY: exactly one earlier mapping.
+        check(unsafe { (self.unmap)(addr, size as usize) })
+    }
+
+    /// Gives back the memory of a handle no longer mapped.
+    pub fn release(&self, handle: u64) -> Result<(), i32> {
+        // SAFETY: a handle of ours, released once.
         check(unsafe { (self.release)(handle) })
+    }
+
+    /// Maps the `size` bytes of `handle` (kept by [`Vmm::detach`]) at `addr` and makes them
+    /// read-write as [`Vmm::map`] does; unmaps it again if that fails.
+    pub fn remap(&self, addr: u64, size: u64, handle: u64, peers: u64) -> Result<(), i32> {
+        // SAFETY: `addr` lies in a reservation of ours with nothing mapped there; the handle
+        // is ours and holds `size` bytes.
+        check(unsafe { (self.map)(addr, size as usize, 0, handle, 0) })?;
+        let granted = self.grant(addr, size, peers);
+        if granted.is_err() {
+            let _ = self.detach(addr, size);
+        }
+        granted
     }
 }
 

@@ -220,6 +220,22 @@ impl DeviceSource for TimedSource {
         self.clock.unmap(size, 1);
         self.inner.unmap(addr, size, token)
     }
+    fn moves_memory(&self) -> bool {
+        self.inner.moves_memory()
+    }
+    fn detach(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
+        self.clock.add(Call::Unmap, size, 1);
+        self.inner.detach(addr, size, token)
+    }
+    fn remap(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
+        self.clock.add(Call::Map, size, 1);
+        self.clock.add(Call::SetAccess, size, 1);
+        self.inner.remap(addr, size, token)
+    }
+    fn release(&self, size: u64, token: u64) -> Result<(), SourceError> {
+        self.clock.add(Call::Release, size, 1);
+        self.inner.release(size, token)
+    }
 }
 
 #[cfg(test)]

@@ -283,7 +283,8 @@ impl<S: DeviceSource> Pool<S> {
         }
         if self.options.headroom > 0 {
             let (free, _) = self.source.mem_info().map_err(AllocError::Source)?;
-            if free < need + self.options.headroom {
+            // Pieces a trim kept are memory the device will not have to give.
+            if free + st.spares.bytes() < need + self.options.headroom {
                 return Err(AllocError::OverCap);
             }
         }

@@ -107,6 +107,12 @@ impl State {
         if s.peak_live < s.live || s.peak_reserved < s.reserved {
             return Err(format!("a peak is below its current value: {:?}", s));
         }
+        if !self.spares.kept.is_empty() || self.spares.room != 0 {
+            return Err(format!(
+                "{} pieces kept by a trim between calls",
+                self.spares.kept.len()
+            ));
+        }
         if self.synced_mark > self.next_free_seq || self.freed_in_order > self.next_free_seq {
             return Err("a synchronize mark lies past the last free".to_string());
         }

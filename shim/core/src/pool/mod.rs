@@ -20,6 +20,7 @@
 //! The files: `state` the pool's record and its invariants, `block` the blocks that tile a
 //! segment, `index` the free blocks by size, `alloc` the allocation loop and growth,
 //! `quarantine` frees and the synchronize that makes them reusable, `trim` giving memory back,
+//! `spares` memory a trim moves to a request instead,
 //! `virtual_segment` and `pages` segments backed page by page, `check` the invariants recounted,
 //! `layout` what the pool holds, for tools that explain it.
 
@@ -31,6 +32,7 @@ mod index;
 mod layout;
 mod pages;
 mod quarantine;
+mod spares;
 mod state;
 mod trim;
 mod virtual_segment;

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use super::block::{Block, BlockState};
 use super::index::FreeIndex;
 use super::pages::{Mappings, Pages};
+use super::spares::Spares;
 use super::{MEDIUM_SEGMENT, NEAR_SHARE, NIL, SEGMENT, SMALL_REQUEST};
 use crate::hash::AddrMap;
 use crate::stats::Stats;
@@ -118,6 +119,8 @@ pub(super) struct State {
     /// refuses.
     pub virtual_memory: bool,
     pub warmed: bool,
+    /// Pieces a trim kept for the map that follows it; none between calls.
+    pub spares: Spares,
     /// `live` is the sum of live blocks' requested bytes, `quarantined` the sum of quarantined
     /// blocks' sizes, `reserved` the plain segments' sizes plus the mappings' (address space
     /// alone is not counted).
@@ -141,6 +144,7 @@ impl State {
             mappings: Mappings::default(),
             virtual_memory: false,
             warmed: false,
+            spares: Spares::default(),
             stats: Stats {
                 cap,
                 ..Stats::default()

@@ -82,8 +82,15 @@ impl<S: DeviceSource> Pool<S> {
                 Idle::Mapping(m) if !self.settle_for_unmap(st, m) => continue,
                 Idle::Mapping(m) => {
                     let m = st.remove_mapping(m);
-                    let unmap = || self.source.unmap(m.addr, m.size, m.token);
-                    let _ = timed(&mut st.stats.device_us, unmap);
+                    if st.spares.wants(m.size) {
+                        let detach = || self.source.detach(m.addr, m.size, m.token);
+                        if timed(&mut st.stats.device_us, detach).is_ok() {
+                            st.spares.kept.push(m.token);
+                        }
+                    } else {
+                        let unmap = || self.source.unmap(m.addr, m.size, m.token);
+                        let _ = timed(&mut st.stats.device_us, unmap);
+                    }
                     m.size
                 }
             };

@@ -186,20 +186,10 @@ impl<S: DeviceSource> Pool<S> {
         let seg = st.blocks[block as usize].seg;
         // Small blocks are mapped a page a piece, with nothing ahead: what one pins is its page.
         let small = st.kind(block) == Kind::Small;
-        let mut runs = match st.pages(seg) {
+        let runs = match st.pages(seg) {
             Some(pages) if !pages.is_mapped(at, rounded) => pages.unmapped(at, rounded),
             _ => return Ok(false),
         };
-        // The trim keeps what lies under the window, so these runs stay the ones to map; it
-        // removes no block of a virtual segment.
-        let need = runs.iter().map(|r| r.1).sum();
-        self.make_room(st, need, Some((at, rounded)))?;
-        let extra = if ahead && !small {
-            self.room_ahead(st, block, (at, rounded), need, &runs)
-        } else {
-            0
-        };
-        let last = runs.len() - 1;
         let piece = if small {
             SEGMENT
         } else {
@@ -207,11 +197,40 @@ impl<S: DeviceSource> Pool<S> {
             let peak = st.stats.peak_live.max(self.options.warmup);
             piece_size(peak, self.options.piece_size)
         };
+        // The trim keeps what lies under the window, so these runs stay the ones to map; it
+        // removes no block of a virtual segment. What it takes in whole pieces moves here.
+        let need = runs.iter().map(|r| r.1).sum();
+        let whole = runs.iter().map(|r| (r.1 / piece) as usize).sum();
+        self.keep_spares(st, piece, whole);
+        let mapped = self
+            .make_room(st, need, Some((at, rounded)))
+            .and_then(|()| {
+                st.spares.room = 0;
+                let extra = if ahead && !small {
+                    self.room_ahead(st, block, (at, rounded), need, &runs)
+                } else {
+                    0
+                };
+                self.map_runs(st, seg, runs, extra, piece)
+            });
+        self.release_spares(st);
+        mapped.map(|()| true)
+    }
+
+    /// Maps `runs` of virtual segment `seg` in pieces of `piece` bytes, the last run `extra`
+    /// bytes longer if the device has them, and records the mappings.
+    fn map_runs(
+        &self,
+        st: &mut State,
+        seg: u32,
+        mut runs: Vec<(u64, u64)>,
+        extra: u64,
+        piece: u64,
+    ) -> Result<(), AllocError> {
+        let last = runs.len() - 1;
         for (i, (addr, size)) in runs.iter_mut().enumerate() {
             let ask = if i == last { *size + extra } else { *size };
-            let tokens = match timed(&mut st.stats.device_us, || {
-                self.source.map(*addr, ask, piece)
-            }) {
+            let tokens = match self.map_run(st, *addr, ask, piece) {
                 Ok(tokens) if i == last => {
                     *size += extra;
                     tokens
@@ -221,10 +240,8 @@ impl<S: DeviceSource> Pool<S> {
                 // (a retry, as a plain segment's preferred size refused).
                 Err(e) if i == last && extra > 0 && e.out_of_memory => {
                     st.stats.retries += 1;
-                    timed(&mut st.stats.device_us, || {
-                        self.source.map(*addr, *size, piece)
-                    })
-                    .map_err(AllocError::Source)?
+                    self.map_run(st, *addr, *size, piece)
+                        .map_err(AllocError::Source)?
                 }
                 Err(e) => return Err(AllocError::Source(e)),
             };
@@ -234,7 +251,7 @@ impl<S: DeviceSource> Pool<S> {
                 st.add_mapping(seg, (at, piece.min(addr + size - at)), token);
             }
         }
-        Ok(true)
+        Ok(())
     }
 
     /// How many bytes to map ahead, past the end of `runs` (the unmapped runs under the window
@@ -272,7 +289,7 @@ impl<S: DeviceSource> Pool<S> {
         let used = st.stats.reserved + st.stats.external + need;
         let mut extra = free.min(self.growth_limit(st, need).saturating_sub(used));
         if self.options.headroom > 0 {
-            let device_free = self.source.mem_info().map_or(0, |(f, _)| f);
+            let device_free = self.source.mem_info().map_or(0, |(f, _)| f) + st.spares.bytes();
             extra = extra.min(device_free.saturating_sub(need + self.options.headroom));
         }
         extra & !(SEGMENT - 1)

@@ -200,6 +200,31 @@ impl DeviceSource for Source {
         }
         unmapped
     }
+
+    fn moves_memory(&self) -> bool {
+        self.vmm.is_some()
+    }
+
+    /// The memory stays the group's until [`Source::release`]; its exports end here, as at an
+    /// unmap: the piece may next lie under other blocks.
+    fn detach(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
+        let detached = self.virtual_call("unmap", |v| v.detach(addr, size));
+        crate::platform::ipc::forget(token);
+        detached
+    }
+
+    fn remap(&self, addr: u64, size: u64, token: u64) -> Result<(), SourceError> {
+        let peers = self.peers.load(Ordering::Acquire);
+        self.virtual_call("map", |v| v.remap(addr, size, token, peers))
+    }
+
+    fn release(&self, size: u64, token: u64) -> Result<(), SourceError> {
+        let released = self.virtual_call("release", |v| v.release(token));
+        if released.is_ok() {
+            crate::platform::group::release(self.device, size);
+        }
+        released
+    }
 }
 
 impl Active {
