@@ -1416,6 +1416,22 @@ fn idle_pieces_below_a_live_block<S: DeviceSource>(source: S) -> (Pool<S>, u64, 
     (pool, a, b)
 }
 
+/// The device holds what `pool` counts and keeps no piece aside; once `blocks` are freed and
+/// the pool trimmed to 0, it holds nothing.
+fn nothing_lost<S: DeviceSource>(pool: &Pool<S>, device: &CountingSource, blocks: &[u64]) {
+    pool.check_invariants().unwrap();
+    assert_eq!(
+        (device.kept(), device.used()),
+        (0, pool.stats().reserved),
+        "the device holds what the pool counts"
+    );
+    for &b in blocks {
+        pool.free(b);
+    }
+    pool.trim_to(0);
+    assert_eq!(device.used(), 0, "nothing lost");
+}
+
 /// Pieces a trim takes to make room for a request are mapped again under it, not given back
 /// and created anew: the driver's release and create are a third of a map and unmap, and a
 /// program whose layout changes at its peak (seg_infer) pays them at every step.
@@ -1438,11 +1454,7 @@ fn a_trim_before_growth_moves_its_pieces_to_the_request() {
         "only the 32 MiB more were created"
     );
     assert_eq!(pool.stats().reserved, reserved + 32 * MIB);
-    assert_eq!((device.kept(), device.used()), (0, pool.stats().reserved));
-    pool.free(b);
-    pool.free(c);
-    pool.trim_to(0);
-    assert_eq!(device.used(), 0, "nothing lost");
+    nothing_lost(&pool, device, &[b, c]);
 }
 
 /// The device out of memory after a trim kept pieces for a request and some were mapped again:
@@ -1468,10 +1480,7 @@ fn out_of_memory_in_the_middle_of_a_moved_map_loses_nothing() {
         .alloc(96 * MIB)
         .expect("served once the device has memory");
     assert!(device.is_backed(c, 96 * MIB));
-    pool.free(b);
-    pool.free(c);
-    pool.trim_to(0);
-    assert_eq!(device.used(), 0, "nothing lost");
+    nothing_lost(&pool, device, &[b, c]);
 }
 
 /// A device that refuses to map kept memory again (a driver error): the kept pieces go back,
@@ -1487,12 +1496,7 @@ fn a_refused_move_gives_the_kept_pieces_back() {
     let c = pool.alloc(96 * MIB).expect("served from a plain segment");
     let device = &pool.source().inner;
     assert!(device.is_backed(c, 96 * MIB));
-    pool.check_invariants().unwrap();
-    assert_eq!((device.kept(), device.used()), (0, pool.stats().reserved));
-    pool.free(b);
-    pool.free(c);
-    pool.trim_to(0);
-    assert_eq!(device.used(), 0, "nothing lost");
+    nothing_lost(&pool, device, &[b, c]);
 }
 
 /// A pool of plain segments whose device holds `device` bytes.
