@@ -73,6 +73,13 @@ pub const MEDIUM_WASTE: u64 = 16;
 /// 486 MiB segment, split for two 35 MiB blocks, was kept whole by them when a 704 MiB request
 /// came (its plain ratio 1.280 -> 1.049; docs/benchmarks.md, session 15).
 pub const NEAR_SHARE: u64 = 2;
+/// While the pool is well below its peak (live bytes with the request's under 4/5 of the peak
+/// live), such a block serves only a request of at least 3/4 of it: there a block that fits
+/// badly goes back and an exact segment costs no peak, so the layout does not drift over a long
+/// run (seg_infer_long's plain ratio 1.190 -> 1.047, TUNE's median 1.042 -> 1.028 at 1.7 times
+/// its plain driver time; docs/benchmarks.md, session 17). `(numerator, denominator)`.
+pub const FAR_FROM_PEAK: (u64, u64) = (4, 5);
+pub const FAR_SHARE: (u64, u64) = (4, 3);
 /// A piece mapped for a request reaches past it, into free address space, until it holds at
 /// least this fraction (1 / n) of what the pool has mapped: see `virtual_segment::piece_target`.
 pub const PIECE_SHARE: u64 = 64;

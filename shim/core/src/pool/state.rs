@@ -8,7 +8,7 @@ use super::block::{Block, BlockState};
 use super::index::FreeIndex;
 use super::pages::{Mappings, Pages};
 use super::spares::Spares;
-use super::{MEDIUM_SEGMENT, NEAR_SHARE, NIL, SEGMENT, SMALL_REQUEST};
+use super::{FAR_FROM_PEAK, FAR_SHARE, MEDIUM_SEGMENT, NEAR_SHARE, NIL, SEGMENT, SMALL_REQUEST};
 use crate::hash::AddrMap;
 use crate::stats::Stats;
 
@@ -53,9 +53,10 @@ pub(super) enum Fit {
     /// Any block that holds it.
     Any,
     /// Any block that holds it, except that a free block of a plain segment larger than
-    /// [`MEDIUM_SEGMENT`] serves only a request of at least 1 / [`NEAR_SHARE`] of it (or a
-    /// block of a page): a short-lived request placed far inside one would keep the rest of it
-    /// from going back when a later request needs more.
+    /// [`MEDIUM_SEGMENT`] serves only a request of at least 1 / [`NEAR_SHARE`] of it, of
+    /// [`FAR_SHARE`] while the pool is well below its peak (or a block of a page): a short-lived
+    /// request placed far inside one would keep the rest of it from going back when a later
+    /// request needs more.
     Near,
     /// Only one that wastes at most an eighth of a large request (while a synchronize could
     /// make a better one reusable).
@@ -262,7 +263,13 @@ impl State {
         let large_plain = self.segments[b.seg as usize]
             .as_ref()
             .map_or(false, |s| s.pages.is_none() && s.size > MEDIUM_SEGMENT);
-        !large_plain || b.size <= SEGMENT.max(rounded.saturating_mul(NEAR_SHARE))
+        let (far, from) = FAR_FROM_PEAK;
+        let share = if (self.stats.live + rounded) * from < self.stats.peak_live * far {
+            FAR_SHARE
+        } else {
+            (NEAR_SHARE, 1)
+        };
+        !large_plain || b.size * share.1 <= (SEGMENT * share.1).max(rounded.saturating_mul(share.0))
     }
 
     /// Whether free block `b` starts in an idle mapping of several pages.
