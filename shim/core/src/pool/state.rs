@@ -263,13 +263,17 @@ impl State {
         let large_plain = self.segments[b.seg as usize]
             .as_ref()
             .map_or(false, |s| s.pages.is_none() && s.size > MEDIUM_SEGMENT);
+        if !large_plain {
+            return true;
+        }
         let (far, from) = FAR_FROM_PEAK;
-        let share = if (self.stats.live + rounded) * from < self.stats.peak_live * far {
+        let live = self.stats.live.saturating_add(rounded);
+        let (num, den) = if live.saturating_mul(from) < self.stats.peak_live.saturating_mul(far) {
             FAR_SHARE
         } else {
             (NEAR_SHARE, 1)
         };
-        !large_plain || b.size * share.1 <= (SEGMENT * share.1).max(rounded.saturating_mul(share.0))
+        b.size.saturating_mul(den) <= (SEGMENT * den).max(rounded.saturating_mul(num))
     }
 
     /// Whether free block `b` starts in an idle mapping of several pages.
