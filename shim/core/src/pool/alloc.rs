@@ -282,9 +282,8 @@ impl<S: DeviceSource> Pool<S> {
             return Err(AllocError::OverCap);
         }
         if self.options.headroom > 0 {
-            let (free, _) = self.source.mem_info().map_err(AllocError::Source)?;
-            // Pieces a trim kept are memory the device will not have to give.
-            if free + st.spares.bytes() < need + self.options.headroom {
+            let free = self.device_free(st).map_err(AllocError::Source)?;
+            if free < need + self.options.headroom {
                 return Err(AllocError::OverCap);
             }
         }
@@ -356,7 +355,7 @@ impl<S: DeviceSource> Pool<S> {
             return Err(AllocError::OverCap);
         }
         if self.options.headroom > 0 {
-            let (free, _) = self.source.mem_info().map_err(AllocError::Source)?;
+            let free = self.device_free(st).map_err(AllocError::Source)?;
             if free < minimal + self.options.headroom {
                 return Err(AllocError::OverCap);
             }

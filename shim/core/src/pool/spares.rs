@@ -35,12 +35,17 @@ impl Spares {
 
 impl<S: DeviceSource> Pool<S> {
     /// Lets the trims of the next request keep up to `room` pieces of `piece` bytes, where
-    /// the device can move memory.
+    /// the device can move memory, until [`Pool::release_spares`].
     pub(super) fn keep_spares(&self, st: &mut State, piece: u64, room: usize) {
         if self.source.moves_memory() {
             st.spares.piece = piece;
             st.spares.room = room;
         }
+    }
+
+    /// The device's free memory, counting the pieces kept as its: they serve before it is asked.
+    pub(super) fn device_free(&self, st: &State) -> Result<u64, SourceError> {
+        Ok(self.source.mem_info()?.0 + st.spares.bytes())
     }
 
     /// Backs `[addr, addr + size)` of a reservation in pieces of `piece` bytes: its first whole

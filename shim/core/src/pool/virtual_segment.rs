@@ -205,7 +205,6 @@ impl<S: DeviceSource> Pool<S> {
         let mapped = self
             .make_room(st, need, Some((at, rounded)))
             .and_then(|()| {
-                st.spares.room = 0;
                 let extra = if ahead && !small {
                     self.room_ahead(st, block, (at, rounded), need, &runs)
                 } else {
@@ -289,7 +288,7 @@ impl<S: DeviceSource> Pool<S> {
         let used = st.stats.reserved + st.stats.external + need;
         let mut extra = free.min(self.growth_limit(st, need).saturating_sub(used));
         if self.options.headroom > 0 {
-            let device_free = self.source.mem_info().map_or(0, |(f, _)| f) + st.spares.bytes();
+            let device_free = self.device_free(st).unwrap_or(0);
             extra = extra.min(device_free.saturating_sub(need + self.options.headroom));
         }
         extra & !(SEGMENT - 1)
