@@ -1405,9 +1405,15 @@ fn a_large_request_ends_where_a_mapped_stretch_ends() {
 /// of 96 MiB fits only past the live block, and mapping it there would set a new peak, so the
 /// free block's 32 pieces must go first.
 fn idle_pieces_below_a_live_block<S: DeviceSource>(source: S) -> (Pool<S>, u64, u64) {
+    idle_pieces_with_headroom(source, 0)
+}
+
+/// [`idle_pieces_below_a_live_block`] keeping `headroom` bytes of the device free.
+fn idle_pieces_with_headroom<S: DeviceSource>(source: S, headroom: u64) -> (Pool<S>, u64, u64) {
     const MIB: u64 = 1 << 20;
     let mut o = options(None);
     o.piece_size = 2 * MIB;
+    o.headroom = headroom;
     let pool = Pool::new(source, o);
     let a = pool.alloc(64 * MIB).unwrap();
     let b = pool.alloc(64 * MIB).unwrap();
@@ -1454,6 +1460,26 @@ fn a_trim_before_growth_moves_its_pieces_to_the_request() {
         "only the 32 MiB more were created"
     );
     assert_eq!(pool.stats().reserved, reserved + 32 * MIB);
+    nothing_lost(&pool, device, &[b, c]);
+}
+
+/// With a headroom the device's free memory barely covers, the pieces a trim kept count as
+/// free: the request is served with them, not refused and retried once they went back (1 GiB
+/// device, 128 MiB mapped, 832 MiB of headroom: 896 MiB free without the kept 64 MiB, 960
+/// with them, against 96 + 832 needed).
+#[test]
+fn pieces_kept_by_a_trim_count_as_free_against_the_headroom() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const MIB: u64 = 1 << 20;
+    let source = CountingSource::new(DEVICE);
+    source.set_in_order(true);
+    let (pool, _, b) = idle_pieces_with_headroom(source, 832 * MIB);
+    let device = pool.source();
+    let creates = device.allocs.load(Relaxed);
+    let c = pool.alloc(96 * MIB).unwrap();
+    assert_eq!(device.remaps.load(Relaxed), 32, "the 32 idle pieces moved");
+    assert_eq!(device.allocs.load(Relaxed) - creates, 16);
+    assert_eq!(pool.stats().retries, 0, "served on the first try");
     nothing_lost(&pool, device, &[b, c]);
 }
 
