@@ -21,7 +21,8 @@ batch.
 Usage:
   python3 scripts/gpu/corpus_check.py --lib target/gpu/librocmguard.so [--jobs 8]
       [--pairs 2] [--pair-workloads gpt2m_accum,moe_top2,vit_multires] [--pair-steps N]
-      [--only a,b] [--tune-confs FILE] [--budget 510] [--json FILE] [--logs DIR] [--set KEY=VALUE]
+      [--pair-skip 1] [--only a,b] [--tune-confs FILE] [--budget 510] [--json FILE] [--logs DIR]
+      [--set KEY=VALUE]
       [--at-own-peak]
 With `--at-own-peak`, each workload runs once more under the shim, capped at the peak reserved
 its first run printed (plus the print's precision), side by side: a cap the program fits in must
@@ -148,17 +149,17 @@ def step_pairs(args, deadline, logs):
     return times
 
 
-def pair_ratio(shim, torch):
-    """The shim's time over PyTorch's for the steps both ran after the first: step i has the
-    same shapes in both processes (fixed seeds), so the sums compare like with like."""
+def pair_ratio(shim, torch, skip=1):
+    """The shim's time over PyTorch's for the steps both ran after the first `skip`: step i has
+    the same shapes in both processes (fixed seeds), so the sums compare like with like."""
     n = min(len(shim), len(torch))
-    return sum(shim[1:n]) / sum(torch[1:n]) if n > 1 else shim[0] / torch[0]
+    return sum(shim[skip:n]) / sum(torch[skip:n]) if n > skip else shim[0] / torch[0]
 
 
-def pair_ratio_of_medians(shim, torch):
-    """The shim's median step over PyTorch's, of the steps both ran after the first."""
+def pair_ratio_of_medians(shim, torch, skip=1):
+    """The shim's median step over PyTorch's, of the steps both ran after the first `skip`."""
     n = min(len(shim), len(torch))
-    return statistics.median(shim[1:n]) / statistics.median(torch[1:n]) if n > 1 else shim[0] / torch[0]
+    return statistics.median(shim[skip:n]) / statistics.median(torch[skip:n]) if n > skip else shim[0] / torch[0]
 
 
 def median_interval(values):
@@ -264,14 +265,15 @@ def report_tune(done, out):
                                 peak_allocated=r["peak_allocated"] if r else None, exit=rc))
 
 
-def report_times(times, out):
+def report_times(times, out, skip=1):
     print("\nstep time, rocmguard (cache off) / PyTorch's cache, interleaved processes: per pair the"
-          " sum of the steps after the first, then the median of the pairs and its 95% interval"
+          f" sum of the steps after the first {skip}, then the median of the pairs and its 95% interval"
           " (TIME); the same of the pairs' ratio of median steps (MEDTIME)")
     per = {}
     for (w, k), t in sorted(times.items()):
         if "shim" in t and "torch" in t:
-            per.setdefault(w, []).append((pair_ratio(t["shim"], t["torch"]), pair_ratio_of_medians(t["shim"], t["torch"])))
+            per.setdefault(w, []).append((pair_ratio(t["shim"], t["torch"], skip),
+                                          pair_ratio_of_medians(t["shim"], t["torch"], skip)))
     for w, both in per.items():
         figures = dict(steps={k: t for (x, k), t in times.items() if x == w})
         for tag, key, rs in (("TIME", "", [r for r, _ in both]), ("MEDTIME", "median_step_", [r for _, r in both])):
@@ -280,7 +282,7 @@ def report_times(times, out):
             print(f"{tag} {w:<16} pairs {len(rs)} median {m:.4f} ({(m - 1) * 100:+.2f}%) {interval} "
                   f"pairs {' '.join(f'{r:.4f}' for r in rs)}")
             figures.update({key + "pairs": rs, key + "median": m, key + "interval": ci})
-        out["step_time"][w] = figures
+        out["step_time"][w] = dict(figures, skip=skip)
 
 
 def main():
@@ -290,6 +292,10 @@ def main():
     p.add_argument("--pairs", type=int, default=2)
     p.add_argument("--pair-workloads", default="gpt2m_accum,moe_top2,vit_multires")
     p.add_argument("--pair-steps", type=int, help="steps a timed process runs (default: its trace's)")
+    p.add_argument("--pair-skip", type=int, default=1,
+                   help="steps a pair's figures leave out at the start of each process (PyTorch's own"
+                        " warm-up: cuDNN's and cuBLAS's first calls, the caching allocator's first"
+                        " segments); default 1")
     p.add_argument("--only", help="workloads (trace names) to run, comma-separated")
     p.add_argument("--tune-confs", metavar="FILE")
     p.add_argument("--budget", type=float, default=510.0, help="seconds for the whole run")
@@ -330,7 +336,7 @@ def main():
     else:
         caps_ok = True
     left = args.budget - (time.monotonic() - start)
-    report_times(step_pairs(args, left, logs) if args.pairs and left > 60 else {}, out)
+    report_times(step_pairs(args, left, logs) if args.pairs and left > 60 else {}, out, args.pair_skip)
     path = args.json or (os.path.join(os.environ["OUT"], "corpus_check.json") if os.environ.get("OUT") else None)
     if path:
         Path(path).write_text(json.dumps(out, indent=1))

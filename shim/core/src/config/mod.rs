@@ -36,6 +36,8 @@ pub struct Config {
     pub vmm: bool,
     /// Largest piece of device memory mapped at once in a virtual segment (a multiple of 2 MiB).
     pub piece_size: u64,
+    /// Share of the peak live memory the pool may hold past it before it gives idle memory back.
+    pub peak_slack: f64,
     /// Log level: error, warn, info, debug or trace.
     pub log: String,
     /// Write the log here as well as to stderr.
@@ -141,6 +143,25 @@ fn parse_optional_size(v: &str) -> Result<Option<u64>, String> {
     }
 }
 
+/// A share written `25%`, `0.25` or `1/64`, from 0 to 4.
+fn parse_share(v: &str) -> Result<f64, String> {
+    let t = v.trim();
+    let share = if let Some(p) = t.strip_suffix('%') {
+        p.trim().parse::<f64>().map(|p| p / 100.0)
+    } else if let Some((n, d)) = t.split_once('/') {
+        n.trim()
+            .parse::<f64>()
+            .and_then(|n| d.trim().parse::<f64>().map(|d| n / d))
+    } else {
+        t.parse::<f64>()
+    };
+    match share {
+        Ok(s) if (0.0..=4.0).contains(&s) => Ok(s),
+        Ok(_) => Err(format!("`{}` is not a share from 0 to 4 (400%)", v)),
+        Err(_) => Err(format!("`{}` is not a share (try 25%, 0.25 or 1/64)", v)),
+    }
+}
+
 /// The table. Defaults are strings run through the same setters as user values.
 pub const KEYS: &[Key] = &[
     Key {
@@ -227,6 +248,13 @@ pub const KEYS: &[Key] = &[
             c.piece_size = b;
             Ok(())
         },
+    },
+    Key {
+        name: "peak_slack",
+        example: "25%",
+        default: "1/64",
+        help: "Memory the pool may hold past the program's peak live memory before it gives idle memory back, as a share of that peak (1/64, 2%, 0.25; at most 4): more means fewer driver calls where the program's layout changes between steps, at up to that much more peak memory.",
+        set: |c, v| parse_share(v).map(|s| c.peak_slack = s),
     },
     Key {
         name: "log",
@@ -364,6 +392,7 @@ impl Default for Config {
             warmup: 0,
             vmm: true,
             piece_size: 0,
+            peak_slack: 0.0,
             log: String::new(),
             log_file: None,
             stats: false,

@@ -184,3 +184,24 @@ fn a_piece_size_is_whole_pages() {
         assert!(w.len() == 1 && w[0].contains("2 MiB"), "{}: {:?}", bad, w);
     }
 }
+
+#[test]
+fn a_peak_slack_is_a_share_of_the_peak() {
+    assert_eq!(Config::default().peak_slack, 1.0 / 64.0);
+    for (text, share) in [
+        ("25%", 0.25),
+        ("0.25", 0.25),
+        ("1/8", 0.125),
+        ("0", 0.0),
+        ("400%", 4.0),
+    ] {
+        let (c, w) = Config::from_vars(vec![("ROCMGUARD_PEAK_SLACK", text)]);
+        assert!(w.is_empty(), "{}: {:?}", text, w);
+        assert_eq!(c.peak_slack, share, "{}", text);
+    }
+    for bad in ["-1%", "5", "1/0", "much", ""] {
+        let (c, w) = Config::from_vars(vec![("ROCMGUARD_CONF", &*format!("peak_slack:{}", bad))]);
+        assert_eq!(c.peak_slack, 1.0 / 64.0, "{}: the default stays", bad);
+        assert!(w.len() == 1 && w[0].contains("share"), "{}: {:?}", bad, w);
+    }
+}

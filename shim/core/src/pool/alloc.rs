@@ -7,7 +7,7 @@ use std::sync::MutexGuard;
 use super::state::{Backing, Fit, Kind, State};
 use super::{
     round_up, timed, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, MEDIUM_WASTE,
-    PEAK_SLACK, SEGMENT, WARMUP_SEGMENT,
+    SEGMENT, WARMUP_SEGMENT,
 };
 use crate::source::DeviceSource;
 
@@ -291,14 +291,15 @@ impl<S: DeviceSource> Pool<S> {
     }
 
     /// What reserved (with external) may reach when the device gives `need` more bytes: the
-    /// peak so far or [`PEAK_SLACK`] past the peak live, within the trim threshold and the cap.
+    /// peak so far or [`PoolOptions::peak_slack`](super::PoolOptions::peak_slack) past the peak
+    /// live, within the trim threshold and the cap.
     pub(super) fn growth_limit(&self, st: &State, need: u64) -> u64 {
         let cap = st.stats.cap;
         let threshold = (self.options.trim_threshold * cap as f64) as u64;
         let live = st.stats.peak_live;
         st.stats
             .peak_reserved
-            .max(live + (live / PEAK_SLACK).max(SEGMENT))
+            .max(live.saturating_add(((live as f64 * self.options.peak_slack) as u64).max(SEGMENT)))
             .max(need)
             .min(threshold.max(need))
             .min(cap)

@@ -90,13 +90,6 @@ pub const PIECE_SHARE: u64 = 64;
 /// 1.016 (the TUNE half's median 1.030 -> 1.018, its driver time +16%: docs/benchmarks.md,
 /// session 14).
 pub const PIECE_OF_PEAK: u64 = 32;
-/// Reserved memory may pass the peak live by 1 / n of it, and at least a page, before cached
-/// memory goes back to make room (and memory is mapped ahead only within it): at a reserved
-/// peak held to the live one, every request that finds no mapped room would map and unmap in
-/// each step of a loop (GPT-2 on an H100 with 8 MiB pieces: 1,593 unmaps in 35 steps; 195 with
-/// 2% of slack), and a program of a few MiB would take the small pool's page and give it back
-/// in turn with the large pool's.
-pub const PEAK_SLACK: u64 = 64;
 /// Virtual segments reserve this much address space, or [`ADDRESS_SPACE_PER_CAP`] times the cap
 /// if that is smaller: a few cost nothing.
 pub const VIRTUAL_SEGMENT: u64 = 256 << 30;
@@ -144,6 +137,14 @@ pub struct PoolOptions {
     /// [`SEGMENT`]), so that a block left in a piece pins at most this much; smaller pieces cost
     /// more device calls.
     pub piece_size: u64,
+    /// Reserved memory may pass the peak live by this share of it (`peak_slack`, default 1/64),
+    /// and at least a page, before cached memory goes back to make room (and memory is mapped
+    /// ahead only within it). At a reserved peak held to the live one, every request that finds
+    /// no mapped room would map and unmap in each step of a loop (GPT-2 on an H100 with 8 MiB
+    /// pieces: 1,593 unmaps in 35 steps; 195 with 2% of slack), and a program of a few MiB
+    /// would take the small pool's page and give it back in turn with the large pool's. More
+    /// keeps a program whose layout changes at its peak off the driver (seg_infer at 25%).
+    pub peak_slack: f64,
     /// Backoff before retry n is n times this, so frees from other threads can land.
     pub backoff: Duration,
 }
@@ -160,6 +161,7 @@ impl PoolOptions {
             warmup: config.warmup,
             virtual_memory: config.vmm,
             piece_size: config.piece_size,
+            peak_slack: config.peak_slack,
             backoff: Duration::from_millis(1),
         }
     }
