@@ -310,6 +310,30 @@ fn memory_a_trim_frees_for_a_request_moves_under_it() {
     assert_eq!(num(&s, "free_after_mib"), num(&s, "free_before_mib"));
 }
 
+/// `ROCMGUARD_PEAK_SLACK` reaches the pool of the real library: the request of `move` (96 MiB
+/// beside 64 live, a 64 MiB block freed, a peak of 128 MiB live before) needs a trim with the
+/// default slack (16 new pages, 32 moved), but with a slack of the whole peak it grows within
+/// the limit, keeps the freed block's memory and maps all 48 pages new.
+#[test]
+fn a_peak_slack_keeps_idle_memory_where_the_default_trims() {
+    let s = guarded(
+        &["move"],
+        &[
+            ("HIPSIM_DEVICES", "2"),
+            ("ROCMGUARD_CONF", "piece_size:2MiB"),
+            ("ROCMGUARD_PEAK_SLACK", "100%"),
+        ],
+    );
+    assert_eq!(
+        num(&s, "creates_for_c"),
+        48,
+        "nothing trimmed, nothing moved: {}",
+        text(&s.1)
+    );
+    assert_eq!(num(&s, "reads_back"), 1);
+    assert_eq!(num(&s, "free_after_mib"), num(&s, "free_before_mib"));
+}
+
 /// `program handles 300` with a soft limit of 96 open files (hard limit above it), as ROCm 7's
 /// one descriptor per `hipMemCreate` handle meets a desktop's `ulimit -n`.
 fn handles_under_a_low_soft_limit(mut cmd: Command) -> (HashMap<String, i64>, Output) {
