@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The trace corpus replayed through some policies: per trace peak reserved / peak live, modelled
 driver ms and min capacity / peak live; then per half (data/traces/corpus.tsv) the median, the
-max, how many traces are over 1.05, and the driver ms in all. With --steady, also the driver ms
+max, how many traces are over 1.05, and the driver ms and the pool's synchronizes in all. With --steady, also the driver ms
 of each trace's second half (the whole trace's less its first half's, replayed alone): what a
 run keeps paying once past its peak, the part of the driver time a longer run multiplies.
 
@@ -51,7 +51,8 @@ def main():
             tail = second.get((t["trace"], r["policy"]))
             steady = "" if tail is None else f" {tail:6.1f}"
             cells.append(f"{r['ratio']:.3f} {r['driver_ms']:7.1f} ms{steady} m{cap:.3f}".rjust(width))
-            rows.setdefault(r["policy"], []).append((halves[t["trace"]], r["ratio"], r["driver_ms"], tail or 0.0))
+            rows.setdefault(r["policy"], []).append(
+                (halves[t["trace"]], r["ratio"], r["driver_ms"], tail or 0.0, r.get("syncs", 0)))
         print(f"{t['trace']:17} {halves[t['trace']]:6} " + " ".join(cells))
     print("\n(ratio, modelled driver ms" + (", of it in the second half" if args.steady else "")
           + ", min capacity / peak live)\n")
@@ -60,8 +61,9 @@ def main():
             ratios = [x[1] for x in r if x[0] == half]
             ms = sum(x[2] for x in r if x[0] == half)
             tail = f"  second halves {sum(x[3] for x in r if x[0] == half):7.1f}" if args.steady else ""
+            syncs = sum(x[4] for x in r if x[0] == half)
             print(f"{policy[:30]:30} {half:6} median {statistics.median(ratios):.3f} max {max(ratios):.3f} "
-                  f"over 1.05: {sum(x > 1.05 for x in ratios):2}  driver ms {ms:7.1f}{tail}")
+                  f"over 1.05: {sum(x > 1.05 for x in ratios):2}  driver ms {ms:7.1f}{tail}  syncs {syncs:4}")
 
 
 def replay(args, paths):
