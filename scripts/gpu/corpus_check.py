@@ -267,7 +267,8 @@ def report_tune(done, out):
 
 def report_times(times, out, skip=1):
     print("\nstep time, rocmguard (cache off) / PyTorch's cache, interleaved processes: per pair the"
-          f" sum of the steps after the first {skip}, then the median of the pairs and its 95% interval"
+          f" sum of the steps after the first{'' if skip == 1 else f' {skip}'}, then the median of the pairs"
+          " and its 95% interval"
           " (TIME); the same of the pairs' ratio of median steps (MEDTIME)")
     per = {}
     for (w, k), t in sorted(times.items()):

@@ -60,11 +60,11 @@ def run_one(argv, env):
 
 
 def figures(mine, torch, skip):
-    n = min(len(mine), len(torch))
+    """One round's three ratios of an arm's steps to PyTorch's (corpus_check's arithmetic)."""
     return dict(
-        medtime=statistics.median(mine[1:n]) / statistics.median(torch[1:n]),
-        sum_after_skip=sum(mine[skip:n]) / sum(torch[skip:n]),
-        median_after_skip=statistics.median(mine[skip:n]) / statistics.median(torch[skip:n]),
+        medtime=corpus_check.pair_ratio_of_medians(mine, torch),
+        sum_after_skip=corpus_check.pair_ratio(mine, torch, skip),
+        median_after_skip=corpus_check.pair_ratio_of_medians(mine, torch, skip),
     )
 
 
