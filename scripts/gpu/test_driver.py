@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus_check  # noqa: E402
+import step_rounds  # noqa: E402
 import driver  # noqa: E402
 import inprocess  # noqa: E402
 import overhead  # noqa: E402
@@ -555,6 +556,46 @@ class CorpusStepTime(unittest.TestCase):
         shim, torch = [9.0, 1.0, 1.0, 1.0], [0.1, 1.0, 1.0, 1.0]
         self.assertEqual(corpus_check.pair_ratio_of_medians(shim, torch), 1.0)
         self.assertEqual(corpus_check.pair_ratio(shim, torch), 1.0)
+
+    def test_pair_skip_leaves_out_the_warm_up(self):
+        # PyTorch's own warm-up swings by far more than the pool's cost (seg_infer: 8-9 steps,
+        # +-100 ms): with --pair-skip past it, only the steady steps count.
+        shim = [0.5, 0.30, 0.20, 0.0102, 0.0102, 0.0102]
+        torch = [0.5, 0.10, 0.25, 0.0100, 0.0100, 0.0100]
+        self.assertGreater(corpus_check.pair_ratio(shim, torch), 1.3)
+        self.assertAlmostEqual(corpus_check.pair_ratio(shim, torch, 3), 1.02, places=9)
+        self.assertAlmostEqual(corpus_check.pair_ratio_of_medians(shim, torch, 3), 1.02, places=9)
+        out = {"step_time": {}}
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            corpus_check.report_times({("w", 0): {"shim": shim, "torch": torch}}, out, 3)
+        self.assertEqual(out["step_time"]["w"]["skip"], 3)
+        self.assertAlmostEqual(out["step_time"]["w"]["median"], 1.02, places=9)
+        self.assertIn("after the first 3,", printed.getvalue())
+
+
+class StepRounds(unittest.TestCase):
+    """step_rounds.py's arms and its three figures of a round."""
+
+    def test_an_arm_is_a_name_and_settings(self):
+        self.assertEqual(step_rounds.parse_arm("default:"), ("default", {}))
+        self.assertEqual(step_rounds.parse_arm("s:ROCMGUARD_PEAK_SLACK=25%;ROCMGUARD_VMM=0"),
+                         ("s", {"ROCMGUARD_PEAK_SLACK": "25%", "ROCMGUARD_VMM": "0"}))
+
+    def test_a_round_gives_the_sum_and_the_medians(self):
+        torch = [0.5] + [0.010] * 11 + [0.020]
+        shim = [0.9] + [0.010] * 11 + [0.030]
+        f = step_rounds.figures(shim, torch, 10)
+        self.assertAlmostEqual(f["medtime"], 1.0, places=9, msg="one slow step leaves the median")
+        self.assertAlmostEqual(f["median_after_skip"], 1.0, places=9)
+        self.assertAlmostEqual(f["sum_after_skip"], 0.050 / 0.040, places=9, msg="the sum shows it")
+
+    def test_the_shim_arm_preloads_with_pytorch_cache_off(self):
+        env = step_rounds.arm_env("lib.so", {"ROCMGUARD_PEAK_SLACK": "25%"})
+        self.assertTrue(env["LD_PRELOAD"].endswith("lib.so"))
+        self.assertEqual(env["PYTORCH_NO_CUDA_MEMORY_CACHING"], "1")
+        self.assertEqual(env["ROCMGUARD_PEAK_SLACK"], "25%")
+        self.assertNotIn("LD_PRELOAD", step_rounds.arm_env("lib.so", None))
+
 
 if __name__ == "__main__":
     print("test_driver.py: the GPU check's driver judged against FAKE runs (no GPU, no shim); "
