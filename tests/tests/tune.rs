@@ -141,8 +141,9 @@ fn tune_takes_under_a_minute_per_trace() {
             took
         );
         // Every setting was tried: 5 max_split x 3 divisions x 2 expandable, and the pool at
-        // four piece sizes; without a capacity the pool is named with its default pieces.
-        assert_eq!(report["settings"].as_array().unwrap().len(), 34);
+        // four piece sizes and with a larger slack; without a capacity the pool is named with
+        // its default pieces.
+        assert_eq!(report["settings"].as_array().unwrap().len(), 35);
         assert_eq!(
             report["pool_piece_size"],
             Value::Null,
@@ -150,6 +151,52 @@ fn tune_takes_under_a_minute_per_trace() {
             trace.display()
         );
     }
+}
+
+/// The pool with `--peak-slack 25%` is shown beside the default pool and never named: on
+/// seg_infer_long, whose layout changes at its peak, it makes under half the driver calls for
+/// more memory, and a line says so; on resnet_train, whose layout does not, it changes nothing
+/// and no line is printed.
+#[test]
+fn tune_shows_the_larger_slack_and_never_picks_it() {
+    let seg = traces().join("seg_infer_long.csv.gz");
+    let report = json(&tune(&["--json", seg.to_str().unwrap()]));
+    let settings = report["settings"].as_array().unwrap();
+    let pool = |slack: Value| {
+        settings
+            .iter()
+            .find(|s| s["conf"].is_null() && s["piece_size"].is_null() && s["peak_slack"] == slack)
+            .unwrap_or_else(|| panic!("no pool with peak_slack {} in {}", slack, report))
+    };
+    let (default, slack) = (pool(Value::Null), pool(Value::from("25%")));
+    let calls = |s: &Value| s["runs"][0]["driver_calls"].as_u64().unwrap();
+    assert!(
+        2 * calls(slack) <= calls(default),
+        "{} against {}",
+        calls(slack),
+        calls(default)
+    );
+    assert!(slack["mean_ratio"].as_f64().unwrap() > default["mean_ratio"].as_f64().unwrap());
+    assert_eq!(
+        report["pool_piece_size"],
+        Value::Null,
+        "the default pool is named"
+    );
+    let out = tune(&[seg.to_str().unwrap()]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("rocmguard's pool, --peak-slack 25%"),
+        "{}",
+        table
+    );
+    assert!(table.contains("(--peak-slack 25%: "), "{}", table);
+    let resnet = traces().join("resnet_train.csv.gz");
+    let out = tune(&[resnet.to_str().unwrap()]);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("(--peak-slack"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// With a capacity the default cannot complete resnet_train in, the pick completes it, the
@@ -164,7 +211,7 @@ fn tune_at_a_capacity_picks_a_setting_that_completes() {
         trace.to_str().unwrap(),
     ]));
     let settings = report["settings"].as_array().unwrap();
-    assert_eq!(settings.len(), 94, "with garbage collection thresholds");
+    assert_eq!(settings.len(), 95, "with garbage collection thresholds");
     assert_eq!(settings[0]["completes"], true, "{}", settings[0]);
     let default = settings.iter().find(|s| s["conf"] == "").unwrap();
     assert_eq!(default["completes"], false, "{}", default);

@@ -27,7 +27,8 @@ const CLEAR_MARGIN: f64 = 0.02;
 max_split_size_mb (unset, 512, 256, 128, 64), roundup_power2_divisions (unset, 4, 8) and, with
 --capacity, garbage_collection_threshold (unset, 0.6, 0.8; PyTorch applies it only under a
 memory fraction below 1, so it is tried with per_process_memory_fraction:0.99), and rocmguard's
-pool with PyTorch's cache off, at its default piece size (16 MiB) and at 8, 4 and 2 MiB.
+pool with PyTorch's cache off, at its default piece size (16 MiB) and at 8, 4 and 2 MiB, and
+with --peak-slack 25% (shown, never picked: fewer driver calls for more memory).
 
 Ranked by: completing every trace at --capacity, then peak reserved / peak live (the mean over
 the traces), then the smallest device that completes them, then driver calls; of equals, the
@@ -76,6 +77,8 @@ struct Setting {
     conf: Option<String>,
     /// For the pool: its piece size, `null` for the default.
     piece_size: Option<u64>,
+    /// For the pool: its `peak_slack`, `null` for the default.
+    peak_slack: Option<&'static str>,
     completes: bool,
     mean_ratio: f64,
     runs: Vec<Run>,
@@ -141,6 +144,7 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
             .map(|s| Setting {
                 conf: s.candidate.conf.clone(),
                 piece_size: s.candidate.piece_size,
+                peak_slack: s.candidate.peak_slack,
                 completes: s.completes(),
                 mean_ratio: s.mean_ratio(),
                 runs: s.runs.clone(),
@@ -174,13 +178,15 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// Of the pool's settings (coarsest pieces first, the default first of all), the one to
-/// name: the coarsest that completes every trace at the capacity; without a capacity, or where
-/// none completes, the default: finer pieces cost driver calls in every step whose shapes
-/// change (GPT-2 with PyTorch's cache off: +5.7% a step at 16 MiB on an H100), worth paying
-/// to fit, not to save memory nothing needs.
+/// Of the pool's piece sizes (coarsest first, the default first of all), the one to name: the
+/// coarsest that completes every trace at the capacity; without a capacity, or where none
+/// completes, the default: finer pieces cost driver calls in every step whose shapes change
+/// (GPT-2 with PyTorch's cache off: +5.7% a step at 16 MiB on an H100), worth paying to fit,
+/// not to save memory nothing needs. The larger slack is never named: it costs memory.
 fn pool_pick(pools: &[Scored], capacity: u64) -> &Scored {
-    let completing = pools.iter().find(|s| s.completes());
+    let completing = pools
+        .iter()
+        .find(|s| s.completes() && s.candidate.peak_slack.is_none());
     match completing {
         Some(s) if capacity != UNLIMITED => s,
         _ => &pools[0],
@@ -265,6 +271,7 @@ impl View<'_> {
         for p in pools {
             out.push_str(&row("pool".to_string(), p));
         }
+        out.push_str(&slack_note(pools));
         if self.names.len() > 1 {
             out.push_str("  (resv/live and min cap/live: means over the traces)\n");
         }
@@ -349,5 +356,26 @@ impl View<'_> {
             self.paths.join(" ")
         ));
         out
+    }
+}
+
+/// A line on the pool with [`search::SPEED_SLACK`], where it makes at most half the default
+/// pool's driver calls: a layout that changes at the peak, where steps pay for the calls.
+fn slack_note(pools: &[Scored]) -> String {
+    let slack = pools.iter().find(|s| s.candidate.peak_slack.is_some());
+    match (pools.first(), slack) {
+        (Some(default), Some(slack)) if 2 * slack.driver_calls() <= default.driver_calls() => {
+            format!(
+                "  (--peak-slack {}: {} driver calls against {}, at {:.3} against {:.3} peak \
+                 reserved / peak live:\n   the layout changes at the peak, where the default \
+                 gives memory back and maps it again; for step time over memory)\n",
+                search::SPEED_SLACK,
+                slack.driver_calls(),
+                default.driver_calls(),
+                slack.mean_ratio(),
+                default.mean_ratio()
+            )
+        }
+        _ => String::new(),
     }
 }
