@@ -1422,6 +1422,15 @@ fn idle_pieces_with_headroom<S: DeviceSource>(source: S, headroom: u64) -> (Pool
     (pool, a, b)
 }
 
+/// [`idle_pieces_below_a_live_block`] on a [`FailingMap`] with all work in one order: the pool
+/// and its live block.
+fn idle_pieces_on_a_failing_map() -> (Pool<FailingMap>, u64) {
+    let source = FailingMap::new();
+    source.inner.set_in_order(true);
+    let (pool, _, b) = idle_pieces_below_a_live_block(source);
+    (pool, b)
+}
+
 /// The device holds what `pool` counts and keeps no piece aside; once `blocks` are freed and
 /// the pool trimmed to 0, it holds nothing.
 fn nothing_lost<S: DeviceSource>(pool: &Pool<S>, device: &CountingSource, blocks: &[u64]) {
@@ -1489,9 +1498,7 @@ fn pieces_kept_by_a_trim_count_as_free_against_the_headroom() {
 fn out_of_memory_in_the_middle_of_a_moved_map_loses_nothing() {
     use std::sync::atomic::Ordering::Relaxed;
     const MIB: u64 = 1 << 20;
-    let source = FailingMap::new();
-    source.inner.set_in_order(true);
-    let (pool, _, b) = idle_pieces_below_a_live_block(source);
+    let (pool, b) = idle_pieces_on_a_failing_map();
     pool.source().maps_left.store(0, Relaxed);
     match pool.alloc(96 * MIB) {
         Err(AllocError::Source(e)) => assert!(e.out_of_memory, "{:?}", e),
@@ -1515,9 +1522,7 @@ fn out_of_memory_in_the_middle_of_a_moved_map_loses_nothing() {
 fn a_refused_move_gives_the_kept_pieces_back() {
     use std::sync::atomic::Ordering::Relaxed;
     const MIB: u64 = 1 << 20;
-    let source = FailingMap::new();
-    source.inner.set_in_order(true);
-    let (pool, _, b) = idle_pieces_below_a_live_block(source);
+    let (pool, b) = idle_pieces_on_a_failing_map();
     pool.source().failing.store(true, Relaxed);
     let c = pool.alloc(96 * MIB).expect("served from a plain segment");
     let device = &pool.source().inner;
