@@ -7,7 +7,7 @@ off (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`) under `LD_PRELOAD=<librocmguard.so>`
 PyTorch's own figures of the same workload (data/traces/gpu_figures.json). These run side by
 side (each process measures its own peaks). Then step time, rocmguard with the cache off
 against PyTorch's cache, in interleaved pairs of processes run one at a time (order alternating
-within pairs): per pair the time of the steps after the first (the same shapes in both, as the
+within pairs; each workload's first pair before any workload's second): per pair the time of the steps after the first (the same shapes in both, as the
 seeds are fixed), then the median of the pairs' ratios per workload with its 95% interval;
 beside it (MEDTIME) the same of the ratio of the median steps after the first, which a step
 disturbed now and then moves less (seg_infer's per-process median step varies by about 0.5%
@@ -129,16 +129,22 @@ def memory(args, runnable, confs, deadline, logs):
     return capture_traces.run_processes(tasks, args.jobs, deadline, logs)
 
 
+def pair_order(workloads, pairs):
+    """The processes of the pairs, in the order they run: (workload, pair, who). Pair k of every
+    workload before pair k + 1 of any, so a budget that runs out leaves each workload its first
+    pairs rather than some workloads all of theirs and the rest none; within a pair the order
+    alternates."""
+    return [(w, k, who) for k in range(pairs) for w in workloads
+            for who in (("torch", "shim") if k % 2 == 0 else ("shim", "torch"))]
+
+
 def step_pairs(args, deadline, logs):
     """Interleaved processes, one at a time: (workload, pair) -> {who: [step seconds]}."""
     tasks = []
     steps = ["--steps", str(args.pair_steps)] if args.pair_steps else []
-    for w in args.pair_workloads.split(","):
-        for k in range(args.pairs):
-            order = ("torch", "shim") if k % 2 == 0 else ("shim", "torch")
-            for who in order:
-                env = shim_env(args.lib) if who == "shim" else clean_env()
-                tasks.append((f"time.{w}.{k}.{who}", argv(w) + steps, env, (w, k, who)))
+    for w, k, who in pair_order(args.pair_workloads.split(","), args.pairs):
+        env = shim_env(args.lib) if who == "shim" else clean_env()
+        tasks.append((f"time.{w}.{k}.{who}", argv(w) + steps, env, (w, k, who)))
     times = {}
     for (_, _, _, (w, k, who)), text, rc, _ in capture_traces.run_processes(tasks, 1, deadline, logs):
         r = capture_traces.result_of(text)

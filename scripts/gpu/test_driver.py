@@ -573,6 +573,15 @@ class CorpusStepTime(unittest.TestCase):
         self.assertIn("after the first 3,", printed.getvalue())
 
 
+    def test_every_workload_gets_its_first_pair_before_any_its_second(self):
+        # A budget that ends after three pairs' processes must have timed all three workloads.
+        order = corpus_check.pair_order(["a", "b", "c"], 2)
+        self.assertEqual(len(order), 12)
+        self.assertEqual({w for w, _, _ in order[:6]}, {"a", "b", "c"})
+        self.assertEqual(order[:2], [("a", 0, "torch"), ("a", 0, "shim")], "a pair runs together")
+        self.assertEqual(order[6:8], [("a", 1, "shim"), ("a", 1, "torch")], "its order alternates")
+
+
 class StepRounds(unittest.TestCase):
     """step_rounds.py's arms and its three figures of a round."""
 
