@@ -7,11 +7,12 @@ off (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`) under `LD_PRELOAD=<librocmguard.so>`
 PyTorch's own figures of the same workload (data/traces/gpu_figures.json). These run side by
 side (each process measures its own peaks). Then step time, rocmguard with the cache off
 against PyTorch's cache, in interleaved pairs of processes run one at a time (order alternating
-within pairs; each workload's first pair before any workload's second): per pair the time of the steps after the first (the same shapes in both, as the
-seeds are fixed), then the median of the pairs' ratios per workload with its 95% interval;
-beside it (MEDTIME) the same of the ratio of the median steps after the first, which a step
-disturbed now and then moves less (seg_infer's per-process median step varies by about 0.5%
-where its sum varies by 5%: docs/benchmarks.md, session 16).
+within pairs; each workload's first pair before any workload's second): per pair the time of
+the steps after the first (the same shapes in both, as the seeds are fixed), then the median of
+the pairs' ratios per workload with its 95% interval; beside it (MEDTIME) the same of the ratio
+of the median steps after the first, which a step disturbed now and then moves less
+(seg_infer's per-process median step varies by about 0.5% where its sum varies by 5%:
+docs/benchmarks.md, session 16).
 With `--tune-confs FILE`, each line `WORKLOAD CONF [PREDICTED_BYTES]` runs that workload with
 PyTorch's cache on and `PYTORCH_CUDA_ALLOC_CONF=CONF` (`default` for none; a `pytorch:` or
 `PYTORCH_HIP_ALLOC_CONF=` prefix is dropped, so `rocmguard tune`'s line pastes as it is) and
