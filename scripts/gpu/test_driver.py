@@ -572,7 +572,6 @@ class CorpusStepTime(unittest.TestCase):
         self.assertAlmostEqual(out["step_time"]["w"]["median"], 1.02, places=9)
         self.assertIn("after the first 3,", printed.getvalue())
 
-
     def test_every_workload_gets_its_first_pair_before_any_its_second(self):
         # A budget that ends after three pairs' processes must have timed all three workloads.
         order = corpus_check.pair_order(["a", "b", "c"], 2)
