@@ -162,8 +162,8 @@ impl Active {
 }
 
 /// Whether PyTorch's cache is off, so that its every free reaches the pool: PyTorch checks only
-/// that the variable is set (`forceUncachedAllocator` in c10/cuda/CUDACachingAllocator.cpp;
-/// ROCm builds read the HIP name too).
+/// that the variable is set (`forceUncachedAllocator` in c10/cuda/CUDACachingAllocator.cpp);
+/// the HIP name is the one the README's recipe sets for ROCm builds.
 fn pytorch_cache_off() -> bool {
     [
         "PYTORCH_NO_HIP_MEMORY_CACHING",
