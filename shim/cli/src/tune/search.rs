@@ -51,14 +51,36 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// The pool with these settings (`None`: its default), its policy named by the same keys.
+    fn pool(piece_size: Option<u64>, peak_slack: Option<&'static str>) -> Candidate {
+        let keys: Vec<String> = piece_size
+            .map(|p| format!("piece_size={}", mib(p)))
+            .into_iter()
+            .chain(peak_slack.map(|s| format!("peak_slack={}", s)))
+            .collect();
+        let policy = if keys.is_empty() {
+            "rocmguard".to_string()
+        } else {
+            format!("rocmguard:{}", keys.join(","))
+        };
+        Candidate {
+            conf: None,
+            piece_size,
+            peak_slack,
+            policy: Policy::parse(&policy).expect("the pool's settings parse"),
+        }
+    }
+
     pub fn label(&self) -> String {
-        match (&self.conf, self.piece_size) {
-            (None, _) if self.run_options().is_empty() => {
-                "rocmguard's pool (PyTorch's cache off)".to_string()
-            }
-            (None, _) => format!("rocmguard's pool,{}", self.run_options()),
-            (Some(c), _) if c.is_empty() => "(unset: PyTorch's defaults)".to_string(),
-            (Some(c), _) => c.clone(),
+        match &self.conf {
+            None => match self.run_options() {
+                options if options.is_empty() => {
+                    "rocmguard's pool (PyTorch's cache off)".to_string()
+                }
+                options => format!("rocmguard's pool,{}", options),
+            },
+            Some(c) if c.is_empty() => "(unset: PyTorch's defaults)".to_string(),
+            Some(c) => c.clone(),
         }
     }
 
@@ -120,25 +142,12 @@ pub fn candidates(with_capacity: bool) -> Vec<Candidate> {
             }
         }
     }
-    for piece_size in PIECE_SIZES {
-        let policy = match piece_size {
-            None => "rocmguard".to_string(),
-            Some(p) => format!("rocmguard:piece_size={}", mib(p)),
-        };
-        out.push(Candidate {
-            conf: None,
-            piece_size,
-            peak_slack: None,
-            policy: Policy::parse(&policy).expect("the pool's settings parse"),
-        });
-    }
-    out.push(Candidate {
-        conf: None,
-        piece_size: None,
-        peak_slack: Some(SPEED_SLACK),
-        policy: Policy::parse(&format!("rocmguard:peak_slack={}", SPEED_SLACK))
-            .expect("the pool's settings parse"),
-    });
+    let pools = PIECE_SIZES.iter().map(|&p| (p, None));
+    out.extend(
+        pools
+            .chain([(None, Some(SPEED_SLACK))])
+            .map(|(p, s)| Candidate::pool(p, s)),
+    );
     out
 }
 
