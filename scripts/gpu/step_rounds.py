@@ -35,10 +35,7 @@ def arm_env(lib, settings):
     """PyTorch's cache on (`settings` None), or the shim with PyTorch's cache off and `settings`."""
     if settings is None:
         return corpus_check.clean_env()
-    env = corpus_check.clean_env(LD_PRELOAD=str(Path(lib).resolve()), PYTORCH_NO_CUDA_MEMORY_CACHING="1",
-                                 ROCMGUARD_STATS="1")
-    env.update(settings)
-    return env
+    return dict(corpus_check.shim_env(lib), **settings)
 
 
 def parse_arm(spec):
@@ -86,8 +83,7 @@ def main():
         if not name or name in arms:
             p.error(f"arm {spec!r}: give each a new name")
         arms[name] = settings
-    argv = [sys.executable, str(HERE / "capture_traces.py"), ".", "--one", args.workload, "--mode", "measure",
-            "--steps", str(args.steps)]
+    argv = corpus_check.argv(args.workload) + ["--steps", str(args.steps)]
     names = list(arms)
     steps, tables = {n: {} for n in names}, {}
     start, r = time.monotonic(), 0
