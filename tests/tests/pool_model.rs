@@ -1623,3 +1623,35 @@ fn a_medium_plain_segment_holds_the_fewest_requests_that_round_well() {
         pool.free(a);
     }
 }
+
+#[test]
+fn a_medium_tensor_grown_each_step_reuses_the_hole_its_last_size_left() {
+    // A key/value cache grown by `torch.cat` each token, 16 KiB at a time from 8 MiB: the new
+    // size is asked for while the old is live, then the old is freed. Beside it, blocks of
+    // each size stay live a while (other beams' caches), so holes do not merge away.
+    let pool = plain_pool(4 << 30);
+    let mut cache = pool.alloc(8 << 20).unwrap();
+    let mut kept = Vec::new();
+    for step in 1..60u64 {
+        let size = (8 << 20) + step * (16 << 10);
+        let grown = pool.alloc(size).unwrap();
+        kept.push(pool.alloc(size).unwrap());
+        if kept.len() > 4 {
+            pool.free(kept.remove(0));
+        }
+        pool.free(cache);
+        cache = grown;
+        pool.check_invariants().unwrap();
+    }
+    let s = pool.stats();
+    assert!(
+        s.peak_reserved <= 4 * (18 << 20),
+        "peak reserved {} MiB: at most seven blocks of the 9 MiB class are live, two to an 18 MiB \
+         segment, and each hole takes the next size (exact sizes: 100 MiB)",
+        s.peak_reserved >> 20
+    );
+    pool.free(cache);
+    for a in kept {
+        pool.free(a);
+    }
+}

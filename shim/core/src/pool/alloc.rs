@@ -6,8 +6,8 @@ use std::sync::MutexGuard;
 
 use super::state::{Backing, Fit, Kind, State};
 use super::{
-    round_up, timed, AllocError, Pool, GRANULE, MEDIUM_REQUEST, MEDIUM_SEGMENT, MEDIUM_WASTE,
-    SEGMENT, WARMUP_SEGMENT,
+    round_up, timed, AllocError, Pool, GRANULE, MEDIUM_DIVISIONS, MEDIUM_REQUEST, MEDIUM_SEGMENT,
+    MEDIUM_WASTE, SEGMENT, SMALL_REQUEST, WARMUP_SEGMENT,
 };
 use crate::source::DeviceSource;
 
@@ -31,6 +31,16 @@ fn medium_segment(rounded: u64) -> u64 {
         }
         k += 1;
     }
+}
+
+/// The size a request of `rounded` bytes takes in a plain segment: medium ones rounded up to
+/// their size class (see [`MEDIUM_DIVISIONS`]), the rest as they are.
+fn plain_size(rounded: u64) -> u64 {
+    if rounded <= SMALL_REQUEST || rounded > MEDIUM_REQUEST {
+        return rounded;
+    }
+    let power = 1 << (63 - rounded.leading_zeros());
+    round_up(rounded, power / MEDIUM_DIVISIONS)
 }
 
 /// Whether the cap refuses `rounded` more bytes (or the size is past any device), counted as
@@ -75,6 +85,11 @@ impl<S: DeviceSource> Pool<S> {
         if !st.warmed {
             self.first_use(&mut st);
         }
+        let rounded = if st.virtual_memory {
+            rounded
+        } else {
+            plain_size(rounded)
+        };
         if refused_by_cap(&mut st, rounded) {
             return (st, Err(AllocError::OverCap));
         }

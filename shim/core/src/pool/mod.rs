@@ -63,6 +63,13 @@ pub const SMALL_REQUEST: u64 = 1 << 20;
 /// them, so the next few of the same size land in it too (see [`MEDIUM_WASTE`]).
 pub const MEDIUM_REQUEST: u64 = 10 << 20;
 pub const MEDIUM_SEGMENT: u64 = 20 << 20;
+/// With plain segments, a medium request is rounded up to a multiple of 1 / n of the power of two
+/// at or below it (PyTorch's `roundup_power2_divisions`): a tensor that grows a little each step
+/// (a key/value cache grown by `torch.cat`) then fits the hole its last size left, where an
+/// exact size strands each hole in a segment. Chosen on the TUNE traces (docs/benchmarks.md,
+/// session 20: TUNE's max 1.060 -> 1.047 with 8; 1.138 with 4, 1.060 with 16; classes for large
+/// requests too: 1.093).
+pub const MEDIUM_DIVISIONS: u64 = 8;
 /// A medium request's plain segment holds the fewest of them that waste at most 1 / n of it on
 /// rounding: more would only save device calls, and each one freed late keeps the rest. Chosen
 /// on the TUNE traces (docs/benchmarks.md, session 15: TUNE's max 1.060 with 1/16, 1.072 with
