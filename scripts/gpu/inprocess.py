@@ -23,6 +23,13 @@ Where memory lives is checked, not assumed (rocmguard_pooled): in every block, e
 segments made during the block must be a pooled block (pool on) or not (paused), every tensor
 must have moved, and at most 5% of PyTorch's reserved bytes may be of the other kind (segments
 held across empty_cache by something no tensor shows); otherwise the row FAILs.
+
+With --versus-cache (issue 24's comparison, target +2%), the pool's block also turns PyTorch's
+cache off (`torch.cuda.memory.caching_allocator_enable(False)`: every tensor a `cudaMalloc`, so
+rocmguard is the only cache, as with PYTORCH_NO_CUDA_MEMORY_CACHING=1), and the paused block is
+PyTorch's own cache with the pool paused. Its checks: the pool's block makes no segment of
+PyTorch's and leaves no tensor outside the pool; the paused block as above. Any corpus workload
+(capture_traces.builder) may be named.
 """
 
 import ctypes
@@ -49,11 +56,12 @@ MIN_PAIRS = 5
 STAYED = 0.05
 
 
-def child(workloads, budget_s, block_s):
+def child(workloads, budget_s, block_s, versus_cache=False):
     """The measuring process (the shim preloaded): one WORKLOAD_TAG line per workload."""
     import torch
 
     sys.path.insert(0, str(HERE))
+    import capture_traces
     import workloads as w
     from overhead import STEPS
 
@@ -70,6 +78,10 @@ def child(workloads, budget_s, block_s):
     if shim.rocmguard_pause(0) != 0:
         print(f"{WORKLOAD_TAG}-ERROR rocmguard_pause(0) did not answer 0: the guard is not on", flush=True)
         return 1
+    cache_enable = getattr(torch.cuda.memory, "caching_allocator_enable", None)
+    if versus_cache and cache_enable is None:
+        print(f"{WORKLOAD_TAG}-ERROR this torch has no torch.cuda.memory.caching_allocator_enable", flush=True)
+        return 1
 
     def pooled(addr):
         start, size = ctypes.c_size_t(), ctypes.c_size_t()
@@ -84,8 +96,12 @@ def child(workloads, budget_s, block_s):
     for wi, name in enumerate(workloads):
         left = budget_s - (time.monotonic() - started)
         deadline = time.monotonic() + left / (len(workloads) - wi)
-        warmup, _ = STEPS[name]
-        step = w.BUILDERS[name](device)
+        if name in w.BUILDERS:
+            warmup, _ = STEPS[name]
+            step = w.BUILDERS[name](device)
+        else:
+            warmup = 3
+            step = capture_traces.builder(name)[0](device)
         times = []
         for _ in range(max(3, warmup)):
             torch.cuda.synchronize()
@@ -94,7 +110,7 @@ def child(workloads, budget_s, block_s):
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
         k = steps_for(block_s, times[1:])
-        warm = k if name in VARYING else 1
+        warm = k if varying(name) else 1
         persistent = tensors(torch)
         # What exists now is never garbage: the collector need not walk it again (a full
         # collection over torch's and transformers' objects is a spike of its own in a step).
@@ -105,6 +121,8 @@ def child(workloads, budget_s, block_s):
             torch.cuda.empty_cache()
             kept = segments()
             shim.rocmguard_pause(1 if paused else 0)
+            if versus_cache:
+                cache_enable(paused)
             # What was made since the last look (gradients, mostly): not frozen, so found cheaply.
             moving = {id(t): ref for ref in persistent + tensors(torch) for t in [ref()] if t is not None}
             stuck = relocate(torch, list(moving.values()), pooled, want_pooled=not paused)
@@ -115,7 +133,8 @@ def child(workloads, budget_s, block_s):
             now = segments()
             in_pool = {seg: pooled(seg[0]) for seg in now}
             in_pool = {seg: ok and start == seg[0] and size >= seg[1] for seg, (ok, start, size) in in_pool.items()}
-            misplaced = [seg for seg in now - kept if in_pool[seg] == paused]
+            # With PyTorch's cache off, any segment of its own is in the wrong place.
+            misplaced = [seg for seg in now - kept if in_pool[seg] == paused or (versus_cache and not paused)]
             pooled_bytes = sum(seg[1] for seg in now if in_pool[seg])
             step.reseed(seed)
             ms = []
@@ -161,7 +180,7 @@ def child(workloads, budget_s, block_s):
             print(line, flush=True)
             if burn_in:  # steps per block from steady steps, not the first ones
                 k = steps_for(block_s, [t / 1e3 for b in result.values() for t in b["step_ms"]])
-                warm = k if name in VARYING else 1
+                warm = k if varying(name) else 1
             else:
                 pairs.append(pair)
             burn_in = False
@@ -169,6 +188,8 @@ def child(workloads, budget_s, block_s):
             if now + took > started + budget_s or (now + took > deadline and len(pairs) >= MIN_PAIRS):
                 break
         shim.rocmguard_pause(0)
+        if versus_cache:
+            cache_enable(True)
         print(WORKLOAD_TAG, json.dumps({"workload": name, "steps_per_block": k, "warmup_steps": warm, "pairs": pairs}), flush=True)
         del step, persistent
         gc.unfreeze()
@@ -176,6 +197,11 @@ def child(workloads, budget_s, block_s):
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
     return 0
+
+
+def varying(name):
+    """Whether a workload's shapes change every step: every corpus workload but the fixed ones."""
+    return name in VARYING or name not in ("gpt2", "resnet50", "compiled_gpt")
 
 
 def steps_for(block_s, times):
@@ -244,8 +270,9 @@ def relocate(torch, refs, pooled, want_pooled):
     return len(wrong())
 
 
-def summarize(entry):
-    """One workload's row from the child's pairs."""
+def summarize(entry, versus_cache=False):
+    """One workload's row from the child's pairs (`versus_cache`: the pool's blocks ran with
+    PyTorch's cache off, so PyTorch holds no segment there to be pooled)."""
     from overhead import bootstrap_ci, verdict
 
     pairs = entry["pairs"]
@@ -259,7 +286,7 @@ def summarize(entry):
     misplaced = sum(b["misplaced_segments"] for b, _ in blocks)
     stuck = sum(b["stuck_tensors"] for b, _ in blocks)
     new = sum(b["new_segments"] for b, _ in blocks)
-    pool_share = min(share(p["shim"]) for p in pairs)
+    pool_share = 1.0 if versus_cache else min(share(p["shim"]) for p in pairs)
     paused_share = max(share(p["paused"]) for p in pairs)
     placement_ok = misplaced == 0 and stuck == 0 and new > 0 and pool_share >= 1 - STAYED and paused_share <= STAYED
     placement = (
@@ -267,7 +294,7 @@ def summarize(entry):
         f"{paused_share:.1%} (what stayed: segments PyTorch kept across empty_cache; at most {STAYED:.0%} "
         f"allowed); {new} segments made in blocks, {misplaced} in the wrong place; {stuck} tensors not moved"
     )
-    status = verdict("shim", lo, hi, len(ratios)) if placement_ok else "FAIL"
+    status = verdict("versus-cache" if versus_cache else "shim", lo, hi, len(ratios)) if placement_ok else "FAIL"
     return dict(
         row,
         ratio=ratio,
@@ -286,10 +313,15 @@ def summarize(entry):
 
 def parent(args, lib, env):
     """Runs the child pinned to args.cpus, prints its progress, then the table and TAG line."""
+    from overhead import TARGETS
+
     workloads = args.workloads.split(",")
     cmd = ["taskset", "-c", args.cpus, sys.executable, str(HERE / "overhead.py"), "--in-process-child",
            args.workloads, "--budget", str(args.budget), "--block-s", str(args.block_s)]
-    print(f"in-process A/B, one process with {lib} preloaded, PyTorch's cache on; budget {args.budget:.0f} s", flush=True)
+    cmd += ["--versus-cache"] if args.versus_cache else []
+    what = "the pool with PyTorch's cache off against PyTorch's cache" if args.versus_cache else "PyTorch's cache on"
+    target = TARGETS["versus-cache" if args.versus_cache else "shim"]
+    print(f"in-process A/B, one process with {lib} preloaded, {what}; budget {args.budget:.0f} s", flush=True)
     entries, errors = {}, []
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + args.budget + 120
@@ -308,7 +340,7 @@ def parent(args, lib, env):
             break
     rc = proc.wait()
     rows = []
-    print(f"\n{'workload':<10} {'pool ms':>9} {'paused ms':>10} {'ratio':>7} {'95% CI':>17} {'pairs':>5} {'k':>3}  verdict (target: CI within 1.01)")
+    print(f"\n{'workload':<10} {'pool ms':>9} {'paused ms':>10} {'ratio':>7} {'95% CI':>17} {'pairs':>5} {'k':>3}  verdict (target: CI within {target})")
     for name in workloads:
         if name not in entries:
             row = {"workload": name, "status": "FAIL", "pairs": 0, "placement_ok": False,
@@ -316,7 +348,7 @@ def parent(args, lib, env):
             rows.append(row)
             print(f"{name:<10} no result (exit {rc})  FAIL")
             continue
-        row = summarize(entries[name])
+        row = summarize(entries[name], args.versus_cache)
         rows.append(row)
         if row["ratio"] is None:
             print(f"{name:<10} no pairs  {row['status']}")
@@ -328,5 +360,6 @@ def parent(args, lib, env):
     for row in rows:
         print(f"  {row['workload']}: {row['placement']}" + ("" if row.get("placement_ok") else "  -> FAIL"))
     print(TAG + " " + json.dumps([{k: v for k, v in r.items() if k != "ratios"} for r in rows]), flush=True)
-    Path(args.json).write_text(json.dumps({"mode": "in-process", "rows": rows, "workloads": entries}, indent=1))
+    mode = "in-process versus cache" if args.versus_cache else "in-process"
+    Path(args.json).write_text(json.dumps({"mode": mode, "rows": rows, "workloads": entries}, indent=1))
     return 0 if rows and all(r["status"] == "PASS" for r in rows) else 1

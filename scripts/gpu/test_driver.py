@@ -303,6 +303,24 @@ class InProcess(FakeRuns):
         pairs[0]["paused"]["misplaced_segments"] = 1
         self.assertEqual(inprocess.summarize({"workload": "gpt2", "steps_per_block": 8, "pairs": pairs})["status"], "FAIL")
 
+    def test_against_pytorchs_cache_the_target_is_two_percent_and_pytorch_holds_nothing(self):
+        """--versus-cache: the pool's blocks ran with PyTorch's cache off, so PyTorch's reserved
+        bytes there are none (not a placement failure), and the target is issue 24's +2%."""
+        self.assertEqual(overhead.verdict("versus-cache", 0.99, 1.019, 20), "PASS")
+        self.assertEqual(overhead.verdict("versus-cache", 1.021, 1.03, 20), "FAIL")
+
+        def block(ms, reserved, misplaced=0):
+            return {"median_ms": ms, "pooled_bytes": 0, "reserved_bytes": reserved,
+                    "new_segments": 2 if reserved else 0, "misplaced_segments": misplaced, "stuck_tensors": 0}
+
+        pairs = [{"shim": block(101.5 + (i % 3) * 0.1, 0), "paused": block(100.0, GIB)} for i in range(30)]
+        entry = {"workload": "moe", "steps_per_block": 8, "pairs": pairs}
+        row = inprocess.summarize(entry, versus_cache=True)
+        self.assertEqual((row["status"], row["placement_ok"]), ("PASS", True))
+        self.assertEqual(inprocess.summarize(entry)["status"], "FAIL", "as a cache-on row: nothing pooled")
+        pairs[3]["shim"]["misplaced_segments"] = 1  # PyTorch made a segment while its cache was off
+        self.assertEqual(inprocess.summarize(entry, versus_cache=True)["status"], "FAIL")
+
 
 class TwoGpus(FakeRuns):
     gpus = 2
