@@ -46,9 +46,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 TAG = "INPROCESS-RESULT"
 WORKLOAD_TAG = "INPROCESS-WORKLOAD"
-# Workloads whose shapes change every step: their warm-up replays the whole block once, so the
-# timed steps find PyTorch's cache already holding what they need.
-VARYING = {"decode", "moe", "unet", "lora"}
+# Workloads whose shapes stay the same every step; every other one's shapes change, so its
+# warm-up replays the whole block once and the timed steps find the cache holding what they need.
+FIXED_SHAPES = {"gpt2", "resnet50", "compiled_gpt"}
 # Pairs a workload gets even past its share of the budget (never past the whole budget).
 MIN_PAIRS = 5
 # The share of PyTorch's reserved bytes that may stay where it was in a block (segments held by
@@ -110,7 +110,7 @@ def child(workloads, budget_s, block_s, versus_cache=False):
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
         k = steps_for(block_s, times[1:])
-        warm = k if varying(name) else 1
+        warm = 1 if name in FIXED_SHAPES else k
         persistent = tensors(torch)
         # What exists now is never garbage: the collector need not walk it again (a full
         # collection over torch's and transformers' objects is a spike of its own in a step).
@@ -180,7 +180,7 @@ def child(workloads, budget_s, block_s, versus_cache=False):
             print(line, flush=True)
             if burn_in:  # steps per block from steady steps, not the first ones
                 k = steps_for(block_s, [t / 1e3 for b in result.values() for t in b["step_ms"]])
-                warm = k if varying(name) else 1
+                warm = 1 if name in FIXED_SHAPES else k
             else:
                 pairs.append(pair)
             burn_in = False
@@ -197,11 +197,6 @@ def child(workloads, budget_s, block_s, versus_cache=False):
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
     return 0
-
-
-def varying(name):
-    """Whether a workload's shapes change every step: every corpus workload but the fixed ones."""
-    return name in VARYING or name not in ("gpt2", "resnet50", "compiled_gpt")
 
 
 def steps_for(block_s, times):
@@ -289,8 +284,9 @@ def summarize(entry, versus_cache=False):
     pool_share = 1.0 if versus_cache else min(share(p["shim"]) for p in pairs)
     paused_share = max(share(p["paused"]) for p in pairs)
     placement_ok = misplaced == 0 and stuck == 0 and new > 0 and pool_share >= 1 - STAYED and paused_share <= STAYED
+    pool_blocks = "PyTorch's cache off" if versus_cache else f"at least {pool_share:.1%} of PyTorch's reserved bytes pooled"
     placement = (
-        f"pool blocks: at least {pool_share:.1%} of PyTorch's reserved bytes pooled; paused blocks: at most "
+        f"pool blocks: {pool_blocks}; paused blocks: at most "
         f"{paused_share:.1%} (what stayed: segments PyTorch kept across empty_cache; at most {STAYED:.0%} "
         f"allowed); {new} segments made in blocks, {misplaced} in the wrong place; {stuck} tensors not moved"
     )
