@@ -6,6 +6,14 @@
 
 use crate::size::{format_size, parse_size, Limit};
 
+/// The variables that turn PyTorch's cache off, so that its every allocation and free reaches
+/// `hipMalloc`/`hipFree`: PyTorch checks only that one is set (`forceUncachedAllocator` in
+/// c10/cuda/CUDACachingAllocator.cpp); the HIP name is the one the README's recipe sets.
+pub const PYTORCH_CACHE_OFF: [&str; 2] = [
+    "PYTORCH_NO_HIP_MEMORY_CACHING",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING",
+];
+
 /// How the shim treats unified memory (integrated GPUs whose memory queries misreport).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UmaMode {

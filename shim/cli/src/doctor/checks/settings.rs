@@ -1,7 +1,7 @@
 //! The memory settings in the environment: PyTorch's allocator variables, the caps rocmguard
 //! and PyTorch would apply together, and the ROCMGUARD_* values.
 
-use rocmguard_core::config::UmaMode;
+use rocmguard_core::config::{UmaMode, PYTORCH_CACHE_OFF};
 use rocmguard_core::{format_size, Config, Limit};
 
 use super::config;
@@ -63,13 +63,10 @@ fn guard_preloaded(ctx: &Context) -> bool {
 pub(super) fn no_caching(ctx: &Context) -> Check {
     let id = "no-caching";
     let title = "PyTorch caching";
-    let set: Vec<String> = [
-        "PYTORCH_NO_HIP_MEMORY_CACHING",
-        "PYTORCH_NO_CUDA_MEMORY_CACHING",
-    ]
-    .iter()
-    .filter_map(|v| ctx.var(v).map(|value| format!("{}={}", v, value)))
-    .collect();
+    let set: Vec<String> = PYTORCH_CACHE_OFF
+        .iter()
+        .filter_map(|v| ctx.var(v).map(|value| format!("{}={}", v, value)))
+        .collect();
     if set.is_empty() {
         return Check::new(
             id,
