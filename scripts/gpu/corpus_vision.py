@@ -556,6 +556,121 @@ def build_vae_decode(device, seed=0):
     return step
 
 
+class RrdbLite(nn.Module):
+    """An ESRGAN-like 4x super-resolver: residual-in-residual dense blocks of 64 channels (growth
+    32) at the input's size, then two nearest-neighbour 2x upsamplings with convolutions."""
+
+    def __init__(self, ch=64, growth=32, blocks=6):
+        super().__init__()
+
+        def dense():
+            return nn.ModuleList(nn.Conv2d(ch + i * growth, growth if i < 4 else ch, 3, padding=1) for i in range(5))
+
+        self.inp = nn.Conv2d(3, ch, 3, padding=1)
+        self.blocks = nn.ModuleList(nn.ModuleList(dense() for _ in range(3)) for _ in range(blocks))
+        self.up = nn.ModuleList(nn.Conv2d(ch, ch, 3, padding=1) for _ in range(2))
+        self.out = nn.Conv2d(ch, 3, 3, padding=1)
+
+    def forward(self, x):
+        x = feat = self.inp(x)
+        for rrdb in self.blocks:
+            y = x
+            for convs in rrdb:
+                feats = [y]
+                for i, c in enumerate(convs):
+                    z = c(torch.cat(feats, 1))
+                    feats.append(F.leaky_relu(z, 0.2) if i < 4 else z)
+                y = y + 0.2 * feats[-1]
+            x = x + 0.2 * y
+        x = x + feat
+        for c in self.up:
+            x = F.leaky_relu(c(F.interpolate(x, scale_factor=2)), 0.2)
+        return self.out(x)
+
+
+def build_sr_upscale(device, seed=0):
+    """4x super-resolution inference, fp16: 3 images a step, each 96..384 px high and wide
+    (drawn apart, multiples of 16), one at a time: a small model whose activations (up to
+    300 MiB a tensor at the output's size) set the peak, at a new size per image. TUNE half,
+    added 2026-11-27 (session 21) with the shapes of the REPORT traces plain segments fail on
+    (activations at a new size per image); its half was fixed before it was first recorded."""
+    model = RrdbLite().to(device).half().eval()
+    rng = random.Random(seed)
+
+    @torch.inference_mode()
+    def step():
+        for _ in range(3):
+            h, w = rng.randrange(96, 385, 16), rng.randrange(96, 385, 16)
+            model(torch.rand(1, 3, h, w, device=device, dtype=torch.half)).clamp(0, 1)
+
+    step.reseed = rng.seed
+    return step
+
+
+class Fcos(nn.Module):
+    """An FCOS-like detector: ResNet-34 features at strides 8..32, a 256-channel pyramid with
+    two more levels (strides 64, 128), and group-normed class and box towers shared by the five
+    levels."""
+
+    def __init__(self, classes=80):
+        import torchvision
+
+        super().__init__()
+        r = torchvision.models.resnet34(weights=None)
+        self.stem = nn.Sequential(r.conv1, r.bn1, r.relu, r.maxpool, r.layer1, r.layer2)
+        self.c4, self.c5 = r.layer3, r.layer4
+        self.lat = nn.ModuleList(nn.Conv2d(c, 256, 1) for c in (128, 256, 512))
+        self.smooth = nn.ModuleList(nn.Conv2d(256, 256, 3, padding=1) for _ in range(3))
+        self.p6, self.p7 = nn.Conv2d(256, 256, 3, stride=2, padding=1), nn.Conv2d(256, 256, 3, stride=2, padding=1)
+
+        def tower(out):
+            layers = []
+            for _ in range(4):
+                layers += [nn.Conv2d(256, 256, 3, padding=1), nn.GroupNorm(32, 256), nn.ReLU()]
+            return nn.Sequential(*layers, nn.Conv2d(256, out, 3, padding=1))
+
+        self.cls, self.box = tower(classes), tower(5)
+
+    def forward(self, x):
+        c3 = self.stem(x)
+        c4 = self.c4(c3)
+        c5 = self.c5(c4)
+        p5 = self.lat[2](c5)
+        p4 = self.lat[1](c4) + F.interpolate(p5, size=c4.shape[2:])
+        p3 = self.lat[0](c3) + F.interpolate(p4, size=c3.shape[2:])
+        p3, p4, p5 = (s(p) for s, p in zip(self.smooth, (p3, p4, p5)))
+        p6 = self.p6(p5)
+        p7 = self.p7(F.relu(p6))
+        return [(self.cls(p), self.box(p)) for p in (p3, p4, p5, p6, p7)]
+
+
+def build_fcos_train(device, seed=0):
+    """FCOS-like detector training, batch 4 at a height and a width drawn apart every step from
+    384..800 px (multiples of 32), fp16 autocast with a gradient scaler, AdamW, focal-like and
+    regression losses on every level against random targets. TUNE half, added 2026-11-27
+    (session 21) with the shapes of the REPORT traces plain segments fail on (feature levels
+    whose sizes change together every step); its half was fixed before it was first
+    recorded."""
+    model = Fcos().to(device)
+    opt = torch.optim.AdamW(model.parameters(), 1e-4)
+    scaler = torch.amp.GradScaler("cuda", enabled=device.type == "cuda")
+    rng = random.Random(seed)
+
+    def step():
+        h, w = rng.randrange(384, 801, 32), rng.randrange(384, 801, 32)
+        with torch.autocast(device.type, dtype=torch.float16, enabled=device.type == "cuda"):
+            outs = model(torch.randn(4, 3, h, w, device=device))
+            loss = sum(F.binary_cross_entropy_with_logits(c.float(), torch.rand_like(c, dtype=torch.float))
+                       + F.smooth_l1_loss(b.float(), torch.randn_like(b, dtype=torch.float)) for c, b in outs)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    step.reseed = rng.seed
+    return step
+
+
 CORPUS = {
     "dit_multires": (build_dit_multires, 12),
     "unet_infer": (build_unet_infer, 6),
@@ -570,4 +685,6 @@ CORPUS = {
     "seg_infer_long": (build_seg_infer, 40),
     "det_multiscale": (build_det_multiscale, 10),
     "vae_decode": (build_vae_decode, 6),
+    "sr_upscale": (build_sr_upscale, 6),
+    "fcos_train": (build_fcos_train, 8),
 }

@@ -607,6 +607,131 @@ def build_gru_asr(device, seed=0):
     return step
 
 
+class GqaLM(nn.Module):
+    """Llama-like decoder: RMS-normed blocks, grouped-query attention (`kv_heads` shared by
+    `heads` query heads), a gated MLP, untied output head."""
+
+    def __init__(self, vocab, dim, heads, kv_heads, layers, ffn):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, dim // heads
+        self.embed, self.head = nn.Embedding(vocab, dim), nn.Linear(dim, vocab, bias=False)
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict(dict(n1=nn.RMSNorm(dim), q=nn.Linear(dim, dim, bias=False),
+                               kv=nn.Linear(dim, 2 * kv_heads * self.hd, bias=False), o=nn.Linear(dim, dim, bias=False),
+                               n2=nn.RMSNorm(dim), gate_up=nn.Linear(dim, 2 * ffn, bias=False),
+                               down=nn.Linear(ffn, dim, bias=False)))
+            for _ in range(layers))
+        self.norm = nn.RMSNorm(dim)
+
+    def forward(self, tokens, cache):
+        """Logits of the last position; each layer's (k, v) in `cache` grown by concatenation."""
+        x = self.embed(tokens)
+        b, t, d = x.shape
+        for i, L in enumerate(self.blocks):
+            h = L["n1"](x)
+            q = L["q"](h).view(b, t, self.heads, self.hd).transpose(1, 2)
+            k, v = (z.transpose(1, 2) for z in L["kv"](h).view(b, t, 2, self.kv_heads, self.hd).unbind(2))
+            if cache[i] is not None:
+                k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
+            cache[i] = (k, v)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=True)
+            x = x + L["o"](a.transpose(1, 2).reshape(b, t, d))
+            g, u = L["gate_up"](L["n2"](x)).chunk(2, -1)
+            x = x + L["down"](F.silu(g) * u)
+        return self.head(self.norm(x[:, -1]))
+
+
+def build_gqa_decode(device, seed=0):
+    """A Llama-like 16 x 1536 decoder (12 query heads over 4 key/value heads, fp16) sampling
+    top-k: 2 requests a step, each 1..6 prompts of 64..1024 tokens and 16..64 new tokens, the
+    KV cache grown by torch.cat (up to 7 MiB a layer). TUNE half, added 2026-11-27 (session 21)
+    with the shapes of the REPORT traces plain segments fail on (caches grown by
+    concatenation); its half was fixed before it was first recorded."""
+    model = GqaLM(32000, 1536, 12, 4, 16, 4096).to(device).half().eval()
+    rng = random.Random(seed)
+
+    def sample(logits):
+        top = logits.float().topk(40, -1)
+        return top.indices.gather(-1, torch.multinomial(top.values.softmax(-1), 1))
+
+    @torch.inference_mode()
+    def step():
+        for _ in range(2):
+            batch, plen, new = rng.randrange(1, 7), rng.randrange(64, 1025, 32), rng.randrange(16, 65, 8)
+            cache = [None] * len(model.blocks)
+            tok = sample(model(torch.randint(0, 32000, (batch, plen), device=device), cache))
+            for _ in range(new - 1):
+                tok = sample(model(tok, cache))
+
+    step.reseed = rng.seed
+    return step
+
+
+class Int4Linear(nn.Module):
+    """Weight-only int4, two values a byte, one fp16 scale per group of 128 inputs; the weight
+    is unpacked to fp16 for every call."""
+
+    def __init__(self, weight, group=128):
+        super().__init__()
+        n, k = weight.shape
+        w = weight.float().view(n, k // group, group)
+        scale = w.abs().amax(-1, keepdim=True).clamp_min(1e-6) / 7
+        q = (w / scale).round().clamp(-8, 7).to(torch.int16).add(8).to(torch.uint8).view(n, k)
+        self.register_buffer("packed", q[:, ::2] | (q[:, 1::2] << 4))
+        self.register_buffer("scale", scale.half())
+        self.group = group
+
+    def forward(self, x):
+        lo, hi = self.packed & 15, self.packed >> 4
+        q = torch.stack([lo, hi], -1).view(self.packed.shape[0], -1, self.group)
+        return F.linear(x, ((q.half() - 8) * self.scale).flatten(1))
+
+
+def build_w4_swap(device, seed=0):
+    """Serving one of two int4 models at a time (12 x 1536 or 8 x 2048), swapped every step:
+    each weight made in fp16 on the GPU (as a checkpoint is loaded), quantized to int4 and its
+    fp16 copy freed, then 2 requests of 1..4 prompts of 128..768 tokens and 8..24 new tokens
+    into a KV cache allocated whole for the request, then the model freed. Long-lived packed
+    weights made between short-lived fp16 ones. TUNE half, added 2026-11-27 (session 21) with
+    the shapes of the REPORT traces plain segments fail on (weights quantized as they load);
+    its half was fixed before it was first recorded."""
+    rng = random.Random(seed)
+    configs = ((1536, 12, 12), (2048, 16, 8))
+
+    def quantized(dim_out, dim_in):
+        return Int4Linear(torch.randn(dim_out, dim_in, device=device, dtype=torch.half) * dim_in**-0.5)
+
+    @torch.inference_mode()
+    def step():
+        dim, heads, layers = configs[rng.randrange(2)]
+        hd = dim // heads
+        model = [dict(qkv=quantized(3 * dim, dim), o=quantized(dim, dim), up=quantized(4 * dim, dim),
+                      down=quantized(dim, 4 * dim), n1=nn.RMSNorm(dim).to(device).half(),
+                      n2=nn.RMSNorm(dim).to(device).half())
+                 for _ in range(layers)]
+        embed = torch.randn(32000, dim, device=device, dtype=torch.half) * 0.02
+        for _ in range(2):
+            batch, plen, new = rng.randrange(1, 5), rng.randrange(128, 769, 64), rng.randrange(8, 25, 4)
+            kv = [torch.empty(2, batch, heads, plen + new, hd, device=device, dtype=torch.half) for _ in model]
+            tokens, pos = torch.randint(0, 32000, (batch, plen), device=device), 0
+            for _ in range(new):
+                x = F.embedding(tokens, embed)
+                t = x.shape[1]
+                for L, cache in zip(model, kv):
+                    q, k, v = (y.view(batch, t, heads, hd).transpose(1, 2) for y in L["qkv"](L["n1"](x)).split(dim, -1))
+                    cache[0, :, :, pos : pos + t], cache[1, :, :, pos : pos + t] = k, v
+                    a = F.scaled_dot_product_attention(q, cache[0, :, :, : pos + t], cache[1, :, :, : pos + t], is_causal=t > 1)
+                    x = x + L["o"](a.transpose(1, 2).reshape(batch, t, dim))
+                    x = x + L["down"](F.gelu(L["up"](L["n2"](x))))
+                pos += t
+                tokens = F.linear(x[:, -1], embed).argmax(-1, keepdim=True)
+            del kv
+        del model, embed
+
+    step.reseed = rng.seed
+    return step
+
+
 # name -> (builder, steps recorded). Steps keep a trace near or under 100k rows.
 CORPUS = {
     "gpt2m_accum": (build_gpt2m_accum, 3),
@@ -622,5 +747,7 @@ CORPUS = {
     "beam_search": (build_beam_search, 6),
     "tiny_lm_serve": (build_tiny_lm_serve, 3),
     "gru_asr": (build_gru_asr, 12),
+    "gqa_decode": (build_gqa_decode, 4),
+    "w4_swap": (build_w4_swap, 6),
     **corpus_vision.CORPUS,
 }

@@ -230,9 +230,9 @@ def tensors(torch):
 def relocate(torch, refs, pooled, want_pooled):
     """Moves each tensor whose memory is of the wrong kind (in the pool, or not) into memory of
     the current kind: through the host, so that its old segments empty and go back (a copy made
-    on the device would land in a free part of an old segment). Tensors that share memory with
-    another are left where they are (moving one alone would part them). Returns how many tensors
-    are still of the wrong kind."""
+    on the device would land in a free part of an old segment). Tensors that share one storage
+    (cuDNN's RNN weights are views of one flat buffer) move together, onto one new storage, so
+    they still share it. Returns how many tensors are still of the wrong kind."""
 
     def wrong():
         alive = [t for t in (r() for r in refs) if t is not None and t.numel()]
@@ -240,15 +240,15 @@ def relocate(torch, refs, pooled, want_pooled):
 
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    moving = wrong()
     owners = {}
-    for t in moving:
+    for t in wrong():
         owners.setdefault(t.untyped_storage().data_ptr(), []).append(t)
-    moving = [t for t in moving if len(owners[t.untyped_storage().data_ptr()]) == 1]
     with torch.no_grad():
-        host = [(t, t.data.to("cpu")) for t in moving]
-        for t, _ in host:
-            t.data = torch.empty(0, dtype=t.dtype, device=t.device)
+        host = [(ts, ts[0].untyped_storage().cpu(), [(t.storage_offset(), t.size(), t.stride()) for t in ts])
+                for ts in owners.values()]
+        for ts, _, _ in host:
+            for t in ts:
+                t.set_(torch.empty(0, dtype=t.dtype, device=t.device))
         torch.cuda.synchronize()
         # cuBLAS's workspaces are blocks of PyTorch's cache that no tensor shows: they would keep
         # their segments, and the free space around them, of the old kind. Made again at the
@@ -257,8 +257,10 @@ def relocate(torch, refs, pooled, want_pooled):
         if clear is not None:
             clear()
         torch.cuda.empty_cache()
-        for t, h in host:
-            t.data = h.to(t.device)
+        for ts, h, shapes in host:
+            storage = h.cuda(ts[0].device.index)
+            for t, (offset, size, stride) in zip(ts, shapes):
+                t.set_(storage, offset, size, stride)
     del host
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
