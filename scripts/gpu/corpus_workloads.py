@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Workloads of the trace corpus recorded from the caching allocator's history: the REPORT half
 (data/traces/corpus.tsv), written so that the pool's constants are never chosen on them, and
-the TUNE traces added later (each says so; corpus.tsv is what decides a half). Language and
-sequence models here, vision and staged pipelines in corpus_vision.py. Same contract as workloads.py: `build_<name>(device, seed=0)`
+the TUNE traces added later (each says so; corpus.tsv is what decides a half). Training of
+language and sequence models here, their inference and serving in corpus_serving.py, vision and
+staged pipelines in corpus_vision.py. Same contract as workloads.py: `build_<name>(device, seed=0)`
 returns a function that runs one step; seeds are fixed, so every process of one workload runs
 the same sequence of shapes. Models are built from configs with random weights (nothing is
 downloaded). `CORPUS` maps each name to its builder and the number of steps a trace records.
@@ -16,6 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import corpus_serving
 import corpus_vision
 
 
@@ -443,129 +445,6 @@ def build_mixed_master(device, seed=0):
     return step
 
 
-class Int8Linear(nn.Module):
-    """Weight-only int8: the weight is dequantized to bf16 for every call, then freed."""
-
-    def __init__(self, dim_in, dim_out):
-        super().__init__()
-        w = torch.randn(dim_out, dim_in) * dim_in**-0.5
-        scale = w.abs().amax(1, keepdim=True) / 127
-        self.register_buffer("q", (w / scale).round().to(torch.int8))
-        self.register_buffer("scale", scale.to(torch.bfloat16))
-
-    def forward(self, x):
-        return F.linear(x, self.q.to(torch.bfloat16) * self.scale)
-
-
-def build_int8_infer(device, seed=0):
-    """Inference of a 16 x 2048 decoder with int8 weights dequantized per call: prefill of
-    1-8 prompts of 128..1024 tokens, then 8 tokens decoded with a KV cache grown by torch.cat."""
-    dim, heads = 2048, 16
-    layers = [
-        nn.ModuleDict(dict(qkv=Int8Linear(dim, 3 * dim), o=Int8Linear(dim, dim), up=Int8Linear(dim, 4 * dim),
-                           down=Int8Linear(4 * dim, dim), ln1=nn.LayerNorm(dim), ln2=nn.LayerNorm(dim)))
-        for _ in range(16)
-    ]
-    model = nn.ModuleList(layers).to(device).to(torch.bfloat16)
-    embed = nn.Embedding(32000, dim).to(device).to(torch.bfloat16)
-    rng = random.Random(seed)
-
-    def forward(tokens, cache):
-        x = embed(tokens)
-        b, t, d = x.shape
-        for i, L in enumerate(model):
-            q, k, v = (y.view(b, t, heads, d // heads).transpose(1, 2) for y in L["qkv"](L["ln1"](x)).split(d, -1))
-            if cache[i] is not None:
-                k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
-            cache[i] = (k, v)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
-            x = x + L["o"](a.transpose(1, 2).reshape(b, t, d))
-            x = x + L["down"](F.gelu(L["up"](L["ln2"](x))))
-        return F.linear(x[:, -1], embed.weight).argmax(-1, keepdim=True)
-
-    @torch.inference_mode()
-    def step():
-        b, t = rng.randint(1, 8), rng.randrange(128, 1025, 64)
-        cache = [None] * len(model)
-        nxt = forward(torch.randint(0, 32000, (b, t), device=device), cache)
-        for _ in range(8):
-            nxt = forward(nxt, cache)
-
-    step.reseed = rng.seed
-    return step
-
-
-def cached_forward(model, tokens, cache):
-    """Logits of the last position of `tokens` after `cache` (per layer of `model`, an LM: (k, v)
-    or None), each layer's cache grown by concatenation: decoding as a plain script does it."""
-    start = 0 if cache[0] is None else cache[0][0].shape[2]
-    t = tokens.shape[1]
-    x = model.embed(tokens) + model.pos(torch.arange(start, start + t, device=tokens.device))
-    for i, blk in enumerate(model.blocks):
-        a, h = blk.attn, blk.ln1(x)
-        n, _, d = h.shape
-        q = a.q(h).view(n, t, a.heads, d // a.heads).transpose(1, 2)
-        k, v = (z.transpose(1, 2) for z in a.kv(h).view(n, t, 2, a.heads, d // a.heads).unbind(2))
-        if cache[i] is not None:
-            k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
-        cache[i] = (k, v)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=start == 0 and t > 1)
-        x = x + a.o(y.transpose(1, 2).reshape(n, t, d))
-        x = x + blk.mlp(blk.ln3(x))
-    return F.linear(model.ln(x[:, -1]), model.embed.weight)
-
-
-def build_beam_search(device, seed=0):
-    """A GPT-2-small-sized LM (12 x 768, fp16) answering requests by beam search, 4 beams: 4
-    prompts of 32..384 tokens a request, 24..96 new tokens, each layer's KV cache grown by
-    concatenation every token and reordered to the surviving beams (index_select); one request
-    a step. Added 2026-11-26 (session 13), after the pool's constants of that day were set."""
-    model = LM(50257, 768, 12, 12).to(device).half().eval()
-    rng = random.Random(seed)
-    beams, prompts = 4, 4
-
-    @torch.no_grad()
-    def step():
-        plen, new = rng.randrange(32, 385, 16), rng.randrange(24, 97, 8)
-        cache = [None] * len(model.blocks)
-        logp = cached_forward(model, torch.randint(0, 50257, (prompts, plen), device=device), cache).float().log_softmax(-1)
-        scores, tok = logp.topk(beams, -1)
-        cache[:] = [(k.repeat_interleave(beams, 0), v.repeat_interleave(beams, 0)) for k, v in cache]
-        scores, tok = scores.reshape(-1), tok.reshape(-1, 1)
-        base = torch.arange(prompts, device=device).unsqueeze(1) * beams
-        for _ in range(new - 1):
-            logp = cached_forward(model, tok, cache).float().log_softmax(-1)
-            vocab = logp.shape[1]
-            scores, flat = (scores.unsqueeze(1) + logp).view(prompts, -1).topk(beams, -1)
-            origin = (flat // vocab + base).reshape(-1)
-            scores, tok = scores.reshape(-1), (flat % vocab).reshape(-1, 1)
-            cache[:] = [(k.index_select(0, origin), v.index_select(0, origin)) for k, v in cache]
-
-    step.reseed = rng.seed
-    return step
-
-
-def build_tiny_lm_serve(device, seed=0):
-    """A small LM (6 x 384, vocab 32000, fp16) serving greedy generation: 2 requests a step, each
-    a batch of 1..8 prompts of 16..256 tokens and 16..48 new tokens, the KV cache grown by
-    concatenation: a program of about 120 MB, nearly all of it small blocks. TUNE half, added
-    2026-11-26 (session 14); its half was fixed before it was first recorded."""
-    model = LM(32000, 384, 6, 6).to(device).half().eval()
-    rng = random.Random(seed)
-
-    @torch.no_grad()
-    def step():
-        for _ in range(2):
-            batch, plen, new = rng.randrange(1, 9), rng.randrange(16, 257, 8), rng.randrange(16, 49)
-            cache = [None] * len(model.blocks)
-            tok = cached_forward(model, torch.randint(0, 32000, (batch, plen), device=device), cache)
-            for _ in range(new - 1):
-                tok = cached_forward(model, tok.argmax(-1, keepdim=True), cache)
-
-    step.reseed = rng.seed
-    return step
-
-
 class GruAsr(nn.Module):
     """Speech recognizer: two convolutions over 80 mel bins (both stride 2 in frequency, the first
     in time too), a 3-layer bidirectional GRU of 320, a linear layer to 32 CTC symbols."""
@@ -607,131 +486,6 @@ def build_gru_asr(device, seed=0):
     return step
 
 
-class GqaLM(nn.Module):
-    """Llama-like decoder: RMS-normed blocks, grouped-query attention (`kv_heads` shared by
-    `heads` query heads), a gated MLP, untied output head."""
-
-    def __init__(self, vocab, dim, heads, kv_heads, layers, ffn):
-        super().__init__()
-        self.heads, self.kv_heads, self.hd = heads, kv_heads, dim // heads
-        self.embed, self.head = nn.Embedding(vocab, dim), nn.Linear(dim, vocab, bias=False)
-        self.blocks = nn.ModuleList(
-            nn.ModuleDict(dict(n1=nn.RMSNorm(dim), q=nn.Linear(dim, dim, bias=False),
-                               kv=nn.Linear(dim, 2 * kv_heads * self.hd, bias=False), o=nn.Linear(dim, dim, bias=False),
-                               n2=nn.RMSNorm(dim), gate_up=nn.Linear(dim, 2 * ffn, bias=False),
-                               down=nn.Linear(ffn, dim, bias=False)))
-            for _ in range(layers))
-        self.norm = nn.RMSNorm(dim)
-
-    def forward(self, tokens, cache):
-        """Logits of the last position; each layer's (k, v) in `cache` grown by concatenation."""
-        x = self.embed(tokens)
-        b, t, d = x.shape
-        for i, L in enumerate(self.blocks):
-            h = L["n1"](x)
-            q = L["q"](h).view(b, t, self.heads, self.hd).transpose(1, 2)
-            k, v = (z.transpose(1, 2) for z in L["kv"](h).view(b, t, 2, self.kv_heads, self.hd).unbind(2))
-            if cache[i] is not None:
-                k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
-            cache[i] = (k, v)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=True)
-            x = x + L["o"](a.transpose(1, 2).reshape(b, t, d))
-            g, u = L["gate_up"](L["n2"](x)).chunk(2, -1)
-            x = x + L["down"](F.silu(g) * u)
-        return self.head(self.norm(x[:, -1]))
-
-
-def build_gqa_decode(device, seed=0):
-    """A Llama-like 16 x 1536 decoder (12 query heads over 4 key/value heads, fp16) sampling
-    top-k: 2 requests a step, each 1..6 prompts of 64..1024 tokens and 16..64 new tokens, the
-    KV cache grown by torch.cat (up to 7 MiB a layer). TUNE half, added 2026-11-27 (session 21)
-    with the shapes of the REPORT traces plain segments fail on (caches grown by
-    concatenation); its half was fixed before it was first recorded."""
-    model = GqaLM(32000, 1536, 12, 4, 16, 4096).to(device).half().eval()
-    rng = random.Random(seed)
-
-    def sample(logits):
-        top = logits.float().topk(40, -1)
-        return top.indices.gather(-1, torch.multinomial(top.values.softmax(-1), 1))
-
-    @torch.inference_mode()
-    def step():
-        for _ in range(2):
-            batch, plen, new = rng.randrange(1, 7), rng.randrange(64, 1025, 32), rng.randrange(16, 65, 8)
-            cache = [None] * len(model.blocks)
-            tok = sample(model(torch.randint(0, 32000, (batch, plen), device=device), cache))
-            for _ in range(new - 1):
-                tok = sample(model(tok, cache))
-
-    step.reseed = rng.seed
-    return step
-
-
-class Int4Linear(nn.Module):
-    """Weight-only int4, two values a byte, one fp16 scale per group of 128 inputs; the weight
-    is unpacked to fp16 for every call."""
-
-    def __init__(self, weight, group=128):
-        super().__init__()
-        n, k = weight.shape
-        w = weight.float().view(n, k // group, group)
-        scale = w.abs().amax(-1, keepdim=True).clamp_min(1e-6) / 7
-        q = (w / scale).round().clamp(-8, 7).to(torch.int16).add(8).to(torch.uint8).view(n, k)
-        self.register_buffer("packed", q[:, ::2] | (q[:, 1::2] << 4))
-        self.register_buffer("scale", scale.half())
-        self.group = group
-
-    def forward(self, x):
-        lo, hi = self.packed & 15, self.packed >> 4
-        q = torch.stack([lo, hi], -1).view(self.packed.shape[0], -1, self.group)
-        return F.linear(x, ((q.half() - 8) * self.scale).flatten(1))
-
-
-def build_w4_swap(device, seed=0):
-    """Serving one of two int4 models at a time (12 x 1536 or 8 x 2048), swapped every step:
-    each weight made in fp16 on the GPU (as a checkpoint is loaded), quantized to int4 and its
-    fp16 copy freed, then 2 requests of 1..4 prompts of 128..768 tokens and 8..24 new tokens
-    into a KV cache allocated whole for the request, then the model freed. Long-lived packed
-    weights made between short-lived fp16 ones. TUNE half, added 2026-11-27 (session 21) with
-    the shapes of the REPORT traces plain segments fail on (weights quantized as they load);
-    its half was fixed before it was first recorded."""
-    rng = random.Random(seed)
-    configs = ((1536, 12, 12), (2048, 16, 8))
-
-    def quantized(dim_out, dim_in):
-        return Int4Linear(torch.randn(dim_out, dim_in, device=device, dtype=torch.half) * dim_in**-0.5)
-
-    @torch.inference_mode()
-    def step():
-        dim, heads, layers = configs[rng.randrange(2)]
-        hd = dim // heads
-        model = [dict(qkv=quantized(3 * dim, dim), o=quantized(dim, dim), up=quantized(4 * dim, dim),
-                      down=quantized(dim, 4 * dim), n1=nn.RMSNorm(dim).to(device).half(),
-                      n2=nn.RMSNorm(dim).to(device).half())
-                 for _ in range(layers)]
-        embed = torch.randn(32000, dim, device=device, dtype=torch.half) * 0.02
-        for _ in range(2):
-            batch, plen, new = rng.randrange(1, 5), rng.randrange(128, 769, 64), rng.randrange(8, 25, 4)
-            kv = [torch.empty(2, batch, heads, plen + new, hd, device=device, dtype=torch.half) for _ in model]
-            tokens, pos = torch.randint(0, 32000, (batch, plen), device=device), 0
-            for _ in range(new):
-                x = F.embedding(tokens, embed)
-                t = x.shape[1]
-                for L, cache in zip(model, kv):
-                    q, k, v = (y.view(batch, t, heads, hd).transpose(1, 2) for y in L["qkv"](L["n1"](x)).split(dim, -1))
-                    cache[0, :, :, pos : pos + t], cache[1, :, :, pos : pos + t] = k, v
-                    a = F.scaled_dot_product_attention(q, cache[0, :, :, : pos + t], cache[1, :, :, : pos + t], is_causal=t > 1)
-                    x = x + L["o"](a.transpose(1, 2).reshape(batch, t, dim))
-                    x = x + L["down"](F.gelu(L["up"](L["n2"](x))))
-                pos += t
-                tokens = F.linear(x[:, -1], embed).argmax(-1, keepdim=True)
-            del kv
-        del model, embed
-
-    step.reseed = rng.seed
-    return step
-
-
 # name -> (builder, steps recorded). Steps keep a trace near or under 100k rows.
 CORPUS = {
     "gpt2m_accum": (build_gpt2m_accum, 3),
@@ -743,11 +497,7 @@ CORPUS = {
     "ddp_buckets": (build_ddp_buckets, 10),
     "compiled_gpt": (build_compiled_gpt, 10),
     "mixed_master": (build_mixed_master, 8),
-    "int8_infer": (build_int8_infer, 6),
-    "beam_search": (build_beam_search, 6),
-    "tiny_lm_serve": (build_tiny_lm_serve, 3),
     "gru_asr": (build_gru_asr, 12),
-    "gqa_decode": (build_gqa_decode, 4),
-    "w4_swap": (build_w4_swap, 6),
+    **corpus_serving.CORPUS,
     **corpus_vision.CORPUS,
 }
