@@ -1161,8 +1161,9 @@ impl DeviceSource for FailingMap {
     }
 }
 
-/// A device that refuses twice the cap of address space, or even the cap, still gets virtual
-/// segments (as large as it gives), not plain ones: memory goes back in pieces there.
+/// A device that refuses the address space asked for (a multiple of the cap), or even the cap,
+/// still gets virtual segments (as large as it gives), not plain ones: memory goes back in
+/// pieces there.
 #[test]
 fn a_device_with_little_address_space_keeps_virtual_segments() {
     use std::sync::atomic::Ordering::Relaxed;
