@@ -468,28 +468,40 @@ def build_seg_infer(device, seed=0):
     return step
 
 
-class Detector(nn.Module):
-    """ResNet-18 features (torchvision's layout) at strides 8, 16 and 32, a top-down pyramid of
-    128 channels and a shared head of 9 anchors x (4 box + 20 class) outputs per level."""
+class Pyramid(nn.Module):
+    """A ResNet's features (torchvision's layout) at strides 8, 16 and 32 and a top-down pyramid
+    of `width` channels over them: the trunk of both detectors."""
 
-    def __init__(self):
-        import torchvision
-
+    def __init__(self, resnet, width):
         super().__init__()
-        r = torchvision.models.resnet18(weights=None)
+        r = resnet(weights=None)
         self.stem = nn.Sequential(r.conv1, r.bn1, r.relu, r.maxpool, r.layer1, r.layer2)
         self.c4, self.c5 = r.layer3, r.layer4
-        self.lat = nn.ModuleList(nn.Conv2d(c, 128, 1) for c in (128, 256, 512))
-        self.head = nn.Sequential(conv_block(128, 128), nn.Conv2d(128, 9 * 24, 3, padding=1))
+        self.lat = nn.ModuleList(nn.Conv2d(c, width, 1) for c in (128, 256, 512))
 
-    def forward(self, x):
+    def pyramid(self, x):
+        """The levels at strides 8, 16 and 32."""
         c3 = self.stem(x)
         c4 = self.c4(c3)
         c5 = self.c5(c4)
         p5 = self.lat[2](c5)
         p4 = self.lat[1](c4) + F.interpolate(p5, size=c4.shape[2:])
         p3 = self.lat[0](c3) + F.interpolate(p4, size=c3.shape[2:])
-        return [self.head(p) for p in (p3, p4, p5)]
+        return p3, p4, p5
+
+
+class Detector(Pyramid):
+    """ResNet-18 features at strides 8, 16 and 32, a top-down pyramid of 128 channels and a
+    shared head of 9 anchors x (4 box + 20 class) outputs per level."""
+
+    def __init__(self):
+        import torchvision
+
+        super().__init__(torchvision.models.resnet18, 128)
+        self.head = nn.Sequential(conv_block(128, 128), nn.Conv2d(128, 9 * 24, 3, padding=1))
+
+    def forward(self, x):
+        return [self.head(p) for p in self.pyramid(x)]
 
 
 def build_det_multiscale(device, seed=0):
@@ -607,7 +619,7 @@ def build_sr_upscale(device, seed=0):
     return step
 
 
-class Fcos(nn.Module):
+class Fcos(Pyramid):
     """An FCOS-like detector: ResNet-34 features at strides 8..32, a 256-channel pyramid with
     two more levels (strides 64, 128), and group-normed class and box towers shared by the five
     levels."""
@@ -615,11 +627,7 @@ class Fcos(nn.Module):
     def __init__(self, classes=80):
         import torchvision
 
-        super().__init__()
-        r = torchvision.models.resnet34(weights=None)
-        self.stem = nn.Sequential(r.conv1, r.bn1, r.relu, r.maxpool, r.layer1, r.layer2)
-        self.c4, self.c5 = r.layer3, r.layer4
-        self.lat = nn.ModuleList(nn.Conv2d(c, 256, 1) for c in (128, 256, 512))
+        super().__init__(torchvision.models.resnet34, 256)
         self.smooth = nn.ModuleList(nn.Conv2d(256, 256, 3, padding=1) for _ in range(3))
         self.p6, self.p7 = nn.Conv2d(256, 256, 3, stride=2, padding=1), nn.Conv2d(256, 256, 3, stride=2, padding=1)
 
@@ -632,13 +640,7 @@ class Fcos(nn.Module):
         self.cls, self.box = tower(classes), tower(5)
 
     def forward(self, x):
-        c3 = self.stem(x)
-        c4 = self.c4(c3)
-        c5 = self.c5(c4)
-        p5 = self.lat[2](c5)
-        p4 = self.lat[1](c4) + F.interpolate(p5, size=c4.shape[2:])
-        p3 = self.lat[0](c3) + F.interpolate(p4, size=c3.shape[2:])
-        p3, p4, p5 = (s(p) for s, p in zip(self.smooth, (p3, p4, p5)))
+        p3, p4, p5 = (s(p) for s, p in zip(self.smooth, self.pyramid(x)))
         p6 = self.p6(p5)
         p7 = self.p7(F.relu(p6))
         return [(self.cls(p), self.box(p)) for p in (p3, p4, p5, p6, p7)]
