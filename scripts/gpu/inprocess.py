@@ -168,12 +168,16 @@ def child(workloads, budget_s, block_s, versus_cache=False):
             result = {paused: block(paused, seed) for paused in order}
             pair = {"pool_first": not order[0], "shim": result[False], "paused": result[True]}
             took = time.monotonic() - t0
+            # With PyTorch's cache off in the pool's block there is nothing of PyTorch's to pool:
+            # what it holds there (nothing, if the block is right) says more.
+            held = (f"PyTorch holds {pair['shim']['reserved_bytes'] >> 20} / {pair['paused']['reserved_bytes'] >> 20} MiB"
+                    if versus_cache else f"pooled {share(pair['shim']):.1%} / {share(pair['paused']):.1%} of reserved")
             line = (
                 f"[{time.monotonic() - started:5.0f}s] {name} "
                 + ("burn-in" if burn_in else f"pair {len(pairs):3d}")
                 + f" ({'pool' if pair['pool_first'] else 'paused'} first): pool {pair['shim']['median_ms']:.2f} ms, "
                 f"paused {pair['paused']['median_ms']:.2f} ms, ratio {pair['shim']['median_ms'] / pair['paused']['median_ms']:.4f}; "
-                f"pooled {share(pair['shim']):.1%} / {share(pair['paused']):.1%} of reserved; "
+                f"{held}; "
                 f"misplaced {pair['shim']['misplaced_segments'] + pair['paused']['misplaced_segments']}, "
                 f"stuck {pair['shim']['stuck_tensors'] + pair['paused']['stuck_tensors']}"
             )
