@@ -1602,6 +1602,37 @@ fn far_below_its_peak_a_plain_pool_makes_a_segment_that_fits() {
     pool.free(q);
 }
 
+/// Near its peak, a pool with plain segments gives back a large idle segment rather than serve
+/// a request it is more than 3/2 times, when the request's own segment sets no new peak: the
+/// rest of the large segment would otherwise sit beside the request, and the next large request
+/// would need all new memory (w4_swap's model loads: its plain ratio 1.123 -> 1.075).
+#[test]
+fn near_its_peak_a_plain_pool_serves_from_a_block_only_a_little_larger() {
+    const MIB: u64 = 1 << 20;
+    let pool = plain_pool(4 << 30);
+    let a = pool.alloc(256 * MIB).unwrap();
+    let b = pool.alloc(300 * MIB).unwrap();
+    pool.free(a);
+    // 300 + 150 MiB live is near the peak of 556 MiB (at least 4/5 of it), and 256 MiB is
+    // 1.7 times 150 MiB.
+    let c = pool.alloc(150 * MIB).unwrap();
+    assert_eq!(
+        pool.stats().reserved,
+        450 * MIB,
+        "the idle 256 MiB went back; 150 MiB has a segment of its own"
+    );
+    let d = pool.alloc(256 * MIB).unwrap();
+    assert_eq!(pool.stats().reserved, 706 * MIB, "a peak of 706 MiB, not 812");
+    // A block at most 3/2 times the request still serves it: 200 MiB in the 256 MiB one.
+    pool.free(d);
+    let e = pool.alloc(200 * MIB).unwrap();
+    assert_eq!(pool.stats().reserved, 706 * MIB, "served from the idle 256 MiB");
+    pool.check_invariants().unwrap();
+    for x in [b, c, e] {
+        pool.free(x);
+    }
+}
+
 #[test]
 fn a_medium_plain_segment_holds_the_fewest_requests_that_round_well() {
     let pool = plain_pool(4 << 30);

@@ -76,10 +76,13 @@ pub const MEDIUM_DIVISIONS: u64 = 8;
 /// 1/8, 1.067 with 1/32, 1.085 with the segment of up to 20 MiB that wasted least, as before).
 pub const MEDIUM_WASTE: u64 = 16;
 /// With plain segments, a free block of a segment larger than [`MEDIUM_SEGMENT`] serves a
-/// request of at least 1 / n of it, unless growing instead would set a new peak: gru_asr's
-/// 486 MiB segment, split for two 35 MiB blocks, was kept whole by them when a 704 MiB request
-/// came (its plain ratio 1.280 -> 1.049; docs/benchmarks.md, session 15).
-pub const NEAR_SHARE: u64 = 2;
+/// request only if it is at most this many times the request, unless growing instead would set
+/// a new peak: gru_asr's 486 MiB segment, split for two 35 MiB blocks, was kept whole by them
+/// when a 704 MiB request came (its plain ratio 1.280 -> 1.049 with twice; docs/benchmarks.md,
+/// session 15). 3/2 since session 21, chosen on the TUNE traces: w4_swap's 1.123 -> 1.075, the
+/// TUNE max with it, at 9% more plain driver time (5/4: 1.078 at 33% more; 1: 1.061 at 61%).
+/// `(numerator, denominator)`.
+pub const NEAR_SHARE: (u64, u64) = (3, 2);
 /// While the pool is well below its peak (live bytes with the request's under 4/5 of the peak
 /// live), such a block serves only a request of at least 3/4 of it: there a block that fits
 /// badly goes back and an exact segment costs no peak, so the layout does not drift over a long

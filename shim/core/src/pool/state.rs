@@ -53,7 +53,7 @@ pub(super) enum Fit {
     /// Any block that holds it.
     Any,
     /// Any block that holds it, except that a free block of a plain segment larger than
-    /// [`MEDIUM_SEGMENT`] serves only a request of at least 1 / [`NEAR_SHARE`] of it, of
+    /// [`MEDIUM_SEGMENT`] serves only a request it is at most [`NEAR_SHARE`] times, or
     /// [`FAR_SHARE`] while the pool is well below its peak (or a block of a page): a short-lived
     /// request placed far inside one would keep the rest of it from going back when a later
     /// request needs more.
@@ -271,7 +271,7 @@ impl State {
         let (num, den) = if live.saturating_mul(from) < self.stats.peak_live.saturating_mul(far) {
             FAR_SHARE
         } else {
-            (NEAR_SHARE, 1)
+            NEAR_SHARE
         };
         b.size.saturating_mul(den) <= (SEGMENT * den).max(rounded.saturating_mul(num))
     }
