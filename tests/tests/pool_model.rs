@@ -1622,11 +1622,19 @@ fn near_its_peak_a_plain_pool_serves_from_a_block_only_a_little_larger() {
         "the idle 256 MiB went back; 150 MiB has a segment of its own"
     );
     let d = pool.alloc(256 * MIB).unwrap();
-    assert_eq!(pool.stats().reserved, 706 * MIB, "a peak of 706 MiB, not 812");
+    assert_eq!(
+        pool.stats().reserved,
+        706 * MIB,
+        "a peak of 706 MiB, not 812"
+    );
     // A block at most 3/2 times the request still serves it: 200 MiB in the 256 MiB one.
     pool.free(d);
     let e = pool.alloc(200 * MIB).unwrap();
-    assert_eq!(pool.stats().reserved, 706 * MIB, "served from the idle 256 MiB");
+    assert_eq!(
+        pool.stats().reserved,
+        706 * MIB,
+        "served from the idle 256 MiB"
+    );
     pool.check_invariants().unwrap();
     for x in [b, c, e] {
         pool.free(x);
