@@ -1610,31 +1610,23 @@ fn far_below_its_peak_a_plain_pool_makes_a_segment_that_fits() {
 fn near_its_peak_a_plain_pool_serves_from_a_block_only_a_little_larger() {
     const MIB: u64 = 1 << 20;
     let pool = plain_pool(4 << 30);
+    let reserved_is = |mib: u64, why: &str| assert_eq!(pool.stats().reserved, mib * MIB, "{}", why);
     let a = pool.alloc(256 * MIB).unwrap();
     let b = pool.alloc(300 * MIB).unwrap();
     pool.free(a);
     // 300 + 150 MiB live is near the peak of 556 MiB (at least 4/5 of it), and 256 MiB is
     // 1.7 times 150 MiB.
     let c = pool.alloc(150 * MIB).unwrap();
-    assert_eq!(
-        pool.stats().reserved,
-        450 * MIB,
-        "the idle 256 MiB went back; 150 MiB has a segment of its own"
+    reserved_is(
+        450,
+        "the idle 256 MiB went back; 150 MiB has a segment of its own",
     );
     let d = pool.alloc(256 * MIB).unwrap();
-    assert_eq!(
-        pool.stats().reserved,
-        706 * MIB,
-        "a peak of 706 MiB, not 812"
-    );
+    reserved_is(706, "a peak of 706 MiB, not 812");
     // A block at most 3/2 times the request still serves it: 200 MiB in the 256 MiB one.
     pool.free(d);
     let e = pool.alloc(200 * MIB).unwrap();
-    assert_eq!(
-        pool.stats().reserved,
-        706 * MIB,
-        "served from the idle 256 MiB"
-    );
+    reserved_is(706, "served from the idle 256 MiB");
     pool.check_invariants().unwrap();
     for x in [b, c, e] {
         pool.free(x);
