@@ -10,6 +10,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from workloads import grown_cache
+
 
 class Int8Linear(nn.Module):
     """Weight-only int8: the weight is dequantized to bf16 for every call, then freed."""
@@ -43,9 +45,7 @@ def build_int8_infer(device, seed=0):
         b, t, d = x.shape
         for i, L in enumerate(model):
             q, k, v = (y.view(b, t, heads, d // heads).transpose(1, 2) for y in L["qkv"](L["ln1"](x)).split(d, -1))
-            if cache[i] is not None:
-                k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
-            cache[i] = (k, v)
+            k, v = grown_cache(cache, i, k, v)
             a = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
             x = x + L["o"](a.transpose(1, 2).reshape(b, t, d))
             x = x + L["down"](F.gelu(L["up"](L["ln2"](x))))
@@ -74,9 +74,7 @@ def cached_forward(model, tokens, cache):
         n, _, d = h.shape
         q = a.q(h).view(n, t, a.heads, d // a.heads).transpose(1, 2)
         k, v = (z.transpose(1, 2) for z in a.kv(h).view(n, t, 2, a.heads, d // a.heads).unbind(2))
-        if cache[i] is not None:
-            k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
-        cache[i] = (k, v)
+        k, v = grown_cache(cache, i, k, v)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=start == 0 and t > 1)
         x = x + a.o(y.transpose(1, 2).reshape(n, t, d))
         x = x + blk.mlp(blk.ln3(x))
@@ -162,9 +160,7 @@ class GqaLM(nn.Module):
             h = L["n1"](x)
             q = L["q"](h).view(b, t, self.heads, self.hd).transpose(1, 2)
             k, v = (z.transpose(1, 2) for z in L["kv"](h).view(b, t, 2, self.kv_heads, self.hd).unbind(2))
-            if cache[i] is not None:
-                k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
-            cache[i] = (k, v)
+            k, v = grown_cache(cache, i, k, v)
             a = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=True)
             x = x + L["o"](a.transpose(1, 2).reshape(b, t, d))
             g, u = L["gate_up"](L["n2"](x)).chunk(2, -1)

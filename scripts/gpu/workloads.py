@@ -24,6 +24,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def grown_cache(cache, i, k, v):
+    """Layer `i`'s keys and values with `k` and `v` appended along the sequence, kept in `cache`
+    (a list of (k, v) or None per layer): a KV cache grown by concatenation, as a plain decoding
+    script grows it, so every token replaces each layer's cache with a larger one."""
+    if cache[i] is not None:
+        k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
+    cache[i] = (k, v)
+    return k, v
+
+
 class Decoder(nn.Module):
     """A GPT-style decoder with an explicit KV cache, written out so nothing but torch is needed."""
 
@@ -47,10 +57,7 @@ class Decoder(nn.Module):
         for i in range(len(self.qkv)):
             q, k, v = self.qkv[i](self.norm1[i](x)).split(d, dim=-1)
             q, k, v = (y.view(b, t, h, d // h).transpose(1, 2) for y in (q, k, v))
-            if cache[i] is not None:
-                k = torch.cat([cache[i][0], k], dim=2)
-                v = torch.cat([cache[i][1], v], dim=2)
-            cache[i] = (k, v)
+            k, v = grown_cache(cache, i, k, v)
             a = F.scaled_dot_product_attention(q, k, v, is_causal=cache[i][0].shape[2] == t and t > 1)
             x = x + self.out[i](a.transpose(1, 2).reshape(b, t, d))
             x = x + self.mlp[i](self.norm2[i](x))
