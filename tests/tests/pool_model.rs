@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use rocmguard_core::pool::{GRANULE, SMALL_REQUEST};
+use rocmguard_core::pool::{GRANULE, PIECE_OF_PEAK, SMALL_REQUEST};
 use rocmguard_core::{AllocError, Config, CountingSource, DeviceSource, Pool, PoolOptions, Stats};
 
 #[derive(Clone, Debug)]
@@ -377,7 +377,7 @@ fn a_long_lived_block_pins_at_most_one_piece() {
         (2 * MIB, 2 * MIB),
     ] {
         assert_eq!(
-            pinned_by_a_small_block(piece, 32 * piece),
+            pinned_by_a_small_block(piece, PIECE_OF_PEAK * piece),
             pinned,
             "pieces of {} MiB: what a 2 MiB block keeps mapped",
             piece / MIB
@@ -385,7 +385,7 @@ fn a_long_lived_block_pins_at_most_one_piece() {
     }
 }
 
-/// Pieces are at most 1/32 of the peak live: in a program that never held more than the
+/// Pieces are at most 1/128 of the peak live: in a program that never held more than the
 /// 100 MiB block, the 2 MiB block pins its own page whatever `piece_size` allows.
 #[test]
 fn a_small_program_gets_pieces_of_its_size() {
@@ -794,20 +794,17 @@ fn small_and_medium_requests_in_turn_do_not_churn_segments() {
 #[test]
 fn medium_requests_share_a_piece_mapped_ahead_and_trims_give_it_back() {
     // Virtual segments: beside 640 MiB live (room for 10 MiB past the peak live), the first
-    // 2.5 MiB request maps a 10 MiB piece (PyTorch's cache gives medium requests 20 MiB
-    // segments), so the next three land in it with no device call.
+    // 2.5 MiB request maps 10 MiB (PyTorch's cache gives medium requests 20 MiB segments), so
+    // the next three land in it with no device call.
     let pool = Pool::new(CountingSource::new(DEVICE), options(None));
     pool.source().set_in_order(true);
     let base = pool.alloc(640 << 20).unwrap();
+    let mut blocks = vec![pool.alloc(5 << 19).unwrap()];
     let calls = pool.stats().source_allocs;
-    let blocks: Vec<u64> = (0..4).map(|_| pool.alloc(5 << 19).unwrap()).collect();
+    blocks.extend((0..3).map(|_| pool.alloc(5 << 19).unwrap()));
     pool.check_invariants().unwrap();
     let s = pool.stats();
-    assert_eq!(
-        s.source_allocs - calls,
-        1,
-        "one piece for four medium requests"
-    );
+    assert_eq!(s.source_allocs, calls, "the next three map nothing");
     assert_eq!(s.reserved, 650 << 20);
     pool.free(base);
     for b in blocks {
@@ -838,23 +835,21 @@ fn memory_mapped_ahead_stays_under_the_growth_limit() {
         let pool = Pool::new(CountingSource::new(DEVICE), o);
         pool.set_cap(cap);
         let base = pool.alloc(640 * MIB).unwrap();
-        let calls = pool.stats().source_allocs;
         let a = pool.alloc(3 * MIB).unwrap();
         pool.check_invariants().unwrap();
         assert_eq!(pool.stats().reserved, reserved, "cap {} MiB", cap / MIB);
-        assert_eq!(pool.stats().source_allocs - calls, 1);
         pool.free(a);
         pool.free(base);
     }
     let pool = Pool::new(CountingSource::new(DEVICE), options(None));
     let base = pool.alloc(640 * MIB).unwrap();
-    let calls = pool.stats().source_allocs;
     let a = pool.alloc(3 * MIB).unwrap();
+    let calls = pool.stats().source_allocs;
     let b = pool.alloc(3 * MIB).unwrap();
     assert_eq!(
-        pool.stats().source_allocs - calls,
-        1,
-        "the second lands in the first's piece"
+        pool.stats().source_allocs,
+        calls,
+        "the second lands in memory mapped for the first"
     );
     pool.free(a);
     pool.free(b);
@@ -873,11 +868,37 @@ fn memory_mapped_ahead_stays_under_the_growth_limit() {
     pool.source().free(theirs, 380 * MIB).unwrap();
 }
 
+/// Memory mapped ahead of a large request reaches no further than one piece: past it, pieces
+/// no block touches sat idle until a trim near the peak gave them back, to be mapped again
+/// elsewhere (model_swap_video gave back 1,220 pieces so; docs/benchmarks.md, session 22).
+#[test]
+fn memory_mapped_ahead_of_a_large_request_reaches_at_most_a_piece() {
+    const MIB: u64 = 1 << 20;
+    // 1 GiB live: pieces of 8 MiB (1/128 of the peak live), 16 MiB of slack past it, and 16
+    // MiB the share of what is mapped that a mapping may reach. An 11 MiB request maps its 12
+    // MiB of pages in two pieces, already more than one piece: nothing ahead.
+    let mut o = options(None);
+    o.cap = 4 << 30;
+    let pool = Pool::new(CountingSource::new(4 << 30), o);
+    let base = pool.alloc(1 << 30).unwrap();
+    let before = pool.stats().reserved;
+    let a = pool.alloc(11 * MIB).unwrap();
+    pool.check_invariants().unwrap();
+    assert_eq!(
+        pool.stats().reserved - before,
+        12 * MIB,
+        "nothing mapped ahead"
+    );
+    pool.free(a);
+    pool.free(base);
+}
+
 #[test]
 fn a_growing_pool_maps_fewer_pieces_than_requests() {
     // 600 requests of 1.25 MiB, all live: 750 MiB. With each request's pages a piece of their
     // own that is 600 pieces; memory mapped ahead within the slack over the peak live (1/64)
-    // makes at most half as many (217).
+    // makes at most two thirds as many: 324, pieces being at most 1/128 of the peak live (2 MiB
+    // up to a peak of 512 MiB, then 4 MiB; 217 with 1/32).
     let pool = Pool::new(CountingSource::new(DEVICE), options(None));
     let mut blocks = Vec::new();
     for _ in 0..600 {
@@ -885,7 +906,7 @@ fn a_growing_pool_maps_fewer_pieces_than_requests() {
     }
     pool.check_invariants().unwrap();
     let s = pool.stats();
-    assert!(s.source_allocs <= 300, "{} pieces", s.source_allocs);
+    assert!(s.source_allocs <= 400, "{} pieces", s.source_allocs);
     assert!(
         s.peak_reserved as f64 <= s.peak_live as f64 * 1.05,
         "{} reserved for {} live",
@@ -991,9 +1012,10 @@ fn warmup_reserves_before_first_use() {
         let a = pool.alloc(100 << 20).unwrap();
         let s = pool.stats();
         assert_eq!(s.reserved, 1 << 30, "1 GiB reserved at first use");
-        // 256 MiB plain segments, or mappings of one virtual segment in the default pieces.
+        // 256 MiB plain segments, or mappings of one virtual segment in the default pieces, at
+        // most 1/128 of what the warm-up says the program will hold.
         let calls = if vmm {
-            (1 << 30) / Config::default().piece_size
+            (1 << 30) / Config::default().piece_size.min((1 << 30) / PIECE_OF_PEAK)
         } else {
             4
         };

@@ -79,7 +79,9 @@ fn ratio(p: &Value) -> f64 {
 /// change to the pool that moves them shows here, with the device calls (pieces mapped and
 /// given back) against PyTorch's (its segment rows): since small blocks have a pool of their
 /// own and pieces are 16 MiB (2026-11-26), every one is under the 1.05 target (LoRA with
-/// activation checkpointing was 1.0726) for about three times PyTorch's device calls.
+/// activation checkpointing was 1.0726) for about three times PyTorch's device calls; since
+/// pieces are at most 1/128 of the peak live (session 22), 3 to 12 times (lora 1.0438 -> 1.0307,
+/// moe 1.0344 -> 1.0412).
 #[test]
 fn captured_traces_of_untuned_workloads_keep_their_figures() {
     let dir = shared_traces();
@@ -91,10 +93,10 @@ fn captured_traces_of_untuned_workloads_keep_their_figures() {
     let report = replay_json(&[], &refs);
     // name, peak live, PyTorch's ratio, ours, our device calls, PyTorch's.
     for (name, peak_live, torch, ours, calls, torch_calls) in [
-        ("moe", 4_969_152_672u64, 1.2247, 1.0344, 469, 283),
-        ("decode", 142_852_096, 1.1010, 1.0130, 75, 16),
-        ("unet", 168_212_016, 1.1719, 1.0348, 135, 20),
-        ("lora", 1_603_289_112, 1.2060, 1.0438, 383, 94),
+        ("moe", 4_969_152_672u64, 1.2247, 1.0412, 825, 283),
+        ("decode", 142_852_096, 1.1010, 1.0130, 77, 16),
+        ("unet", 168_212_016, 1.1719, 1.0348, 151, 20),
+        ("lora", 1_603_289_112, 1.2060, 1.0307, 1084, 94),
     ] {
         let t = trace(&report, name);
         assert_eq!(u(&t["peak_live"]), peak_live, "{}", name);
@@ -147,8 +149,8 @@ fn a_real_cache_off_run_recorded_by_the_shim_stays_under_the_target() {
         TARGET
     );
     assert!(
-        (g - 1.0180).abs() < 0.0015,
-        "gpt2_nocache: rocmguard {:.4} vs 1.0180",
+        (g - 1.0155).abs() < 0.0015,
+        "gpt2_nocache: rocmguard {:.4} vs 1.0155",
         g
     );
 }
@@ -156,9 +158,10 @@ fn a_real_cache_off_run_recorded_by_the_shim_stays_under_the_target() {
 /// `peak_slack` trades peak memory for driver calls. seg_infer's layout changes at its peak in
 /// every step (12 requests of 1..4 images at 256..768 px): with the default slack (1/64) it
 /// keeps to the target and maps and gives back pieces in every step; with 25% its steps after
-/// the eighth make no driver call at all (the 40-step trace makes exactly the calls of the
-/// 8-step one), within 25% of its peak live. On an H200 that took its step time from +2.1% to
-/// +0.2% of PyTorch's cache (docs/benchmarks.md, session 18).
+/// the eighth make almost no driver call (the 40-step trace makes 17 more than the 8-step one,
+/// where the default makes over 2,000 more), within 25% of its peak live. On an H200 that took
+/// its step time from +2.1% to +0.2% of PyTorch's cache (docs/benchmarks.md, session 18; with
+/// pieces of 1/32 of the peak live the later steps made none at all).
 #[test]
 fn a_larger_peak_slack_keeps_a_changing_layout_off_the_driver() {
     const SLACK: &str = "rocmguard:peak_slack=25%";
@@ -177,10 +180,19 @@ fn a_larger_peak_slack_keeps_a_changing_layout_off_the_driver() {
             u(&p["syncs"]),
         )
     };
-    assert_eq!(
-        calls(policy(long, SLACK)),
-        calls(policy(short, SLACK)),
-        "with 25% of slack, steps 9-40 make driver calls"
+    let later = |long: (u64, u64, u64), short: (u64, u64, u64)| long.0 + long.1 - short.0 - short.1;
+    let (slack_short, slack_long) = (calls(policy(short, SLACK)), calls(policy(long, SLACK)));
+    let (default_short, default_long) = (
+        calls(policy(short, "rocmguard")),
+        calls(policy(long, "rocmguard")),
+    );
+    assert!(
+        later(slack_long, slack_short) * 50 <= later(default_long, default_short),
+        "with 25% of slack, steps 9-40 make {:?} - {:?} driver calls, the default {:?} - {:?}",
+        slack_long,
+        slack_short,
+        default_long,
+        default_short
     );
     let slack = policy(long, SLACK);
     assert!(
@@ -188,10 +200,6 @@ fn a_larger_peak_slack_keeps_a_changing_layout_off_the_driver() {
             <= u(&slack["peak_live"]) as f64 * 1.25 + (2 << 20) as f64,
         "peak reserved past the slack: {}",
         slack
-    );
-    let (default_short, default_long) = (
-        calls(policy(short, "rocmguard")),
-        calls(policy(long, "rocmguard")),
     );
     assert!(
         default_long.0 > 2 * default_short.0,
@@ -235,16 +243,17 @@ fn shared_traces_reproduce_the_readme() {
     // figure for the pool with default settings.
     // ... and the pool's device calls against PyTorch's: more on all three since pieces are
     // 16 MiB (issue 15's target is no more; docs/benchmarks.md, session 13), and more again
-    // since they are at most 1/32 of the peak live (the first ones of a run are small).
+    // since they are at most 1/32 of the peak live (the first ones of a run are small), and
+    // more again since 1/128 (session 22: model_swap_video 200 -> 448, at 1.0369 -> 1.0291).
     for (name, peak_live, torch, rounding, ours, live_at_end, calls, torch_calls) in [
         (
             "gpt2_train",
             13_594_206_920u64,
             1.123,
             1.019,
-            1.0152,
+            1.0155,
             3,
-            1344,
+            1555,
             154,
         ),
         (
@@ -252,9 +261,9 @@ fn shared_traces_reproduce_the_readme() {
             3_192_592_912,
             1.117,
             1.062,
-            1.0096,
+            1.0103,
             3,
-            357,
+            607,
             118,
         ),
         (
@@ -262,9 +271,9 @@ fn shared_traces_reproduce_the_readme() {
             1_077_977_344,
             1.832,
             1.033,
-            1.0369,
+            1.0291,
             2,
-            200,
+            448,
             63,
         ),
     ] {

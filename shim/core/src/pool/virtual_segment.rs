@@ -11,20 +11,23 @@ use super::{
 };
 use crate::source::DeviceSource;
 
-/// How much one piece mapped for a `rounded`-byte request should hold (at most `piece_size`,
-/// [`super::PoolOptions::piece_size`]): a [`PIECE_SHARE`] of what the pool holds mapped, so a
-/// pool growing to a peak maps it in a number of pieces that grows with the logarithm of the
-/// peak, not the peak, while the unused end of the last piece costs at most that share of it;
-/// and for a medium request at least [`MEDIUM_REQUEST`], so the next few medium requests land
-/// in the same piece (PyTorch's cache gives them 20 MiB segments).
-pub(super) fn piece_target(reserved: u64, rounded: u64, piece_size: u64) -> u64 {
+/// How much memory mapped for a `rounded`-byte request should reach, the request's own pages
+/// with what is mapped ahead of them: a [`PIECE_SHARE`] of what the pool holds mapped, so a
+/// pool growing to a peak maps it in a number of calls that grows with the logarithm of the
+/// peak, not the peak, while the unused end costs at most that share of it. For a medium
+/// request at least [`MEDIUM_REQUEST`] and at most `piece_size`
+/// ([`super::PoolOptions::piece_size`]), so the next few medium requests land there too
+/// (PyTorch's cache gives them 20 MiB segments); for a large one at most `piece`, the size it
+/// is mapped in: pieces mapped ahead past the first sit idle, and a trim near the peak gives
+/// them back to map them again elsewhere (model_swap_video, with 8 MiB pieces and 16 MiB
+/// ahead: 1,220 pieces given back; with 8 MiB ahead, 33; docs/benchmarks.md, session 22).
+pub(super) fn piece_target(reserved: u64, rounded: u64, piece_size: u64, piece: u64) -> u64 {
     let share = round_up(reserved / PIECE_SHARE, SEGMENT);
-    let medium = if rounded > SMALL_REQUEST && rounded <= MEDIUM_REQUEST {
-        MEDIUM_REQUEST
+    if rounded > SMALL_REQUEST && rounded <= MEDIUM_REQUEST {
+        share.max(MEDIUM_REQUEST).min(piece_size)
     } else {
-        0
-    };
-    share.max(medium).min(piece_size)
+        share.min(piece)
+    }
 }
 
 /// The size of the pieces a large request's memory is mapped in: `piece_size`, or
@@ -206,7 +209,7 @@ impl<S: DeviceSource> Pool<S> {
             .make_room(st, need, Some((at, rounded)))
             .and_then(|()| {
                 let extra = if ahead && !small {
-                    self.room_ahead(st, block, (at, rounded), need, &runs)
+                    self.room_ahead(st, block, (at, rounded), need, &runs, piece)
                 } else {
                     0
                 };
@@ -254,9 +257,10 @@ impl<S: DeviceSource> Pool<S> {
     }
 
     /// How many bytes to map ahead, past the end of `runs` (the unmapped runs under the window
-    /// `(at, rounded)` of a request, `need` bytes in all), in free block `block`: what brings
-    /// the piece up to [`piece_target`], where those pages are unmapped and free, within
-    /// [`Pool::growth_limit`] (nothing is trimmed for it) and the headroom.
+    /// `(at, rounded)` of a request, `need` bytes in all, mapped in pieces of `piece`), in free
+    /// block `block`: what brings the mapping up to [`piece_target`], where those pages are
+    /// unmapped and free, within [`Pool::growth_limit`] (nothing is trimmed for it) and the
+    /// headroom.
     fn room_ahead(
         &self,
         st: &State,
@@ -264,9 +268,10 @@ impl<S: DeviceSource> Pool<S> {
         (at, rounded): (u64, u64),
         need: u64,
         runs: &[(u64, u64)],
+        piece: u64,
     ) -> u64 {
         let end = at + rounded;
-        let target = piece_target(st.stats.reserved, rounded, self.options.piece_size);
+        let target = piece_target(st.stats.reserved, rounded, self.options.piece_size, piece);
         let (run_at, run_size) = runs[runs.len() - 1];
         let run_end = run_at + run_size;
         let b = &st.blocks[block as usize];
