@@ -251,7 +251,7 @@ fn replay_completes(trace: &Path, policy: &str, capacity: &str) -> bool {
 #[test]
 fn tune_at_a_tight_capacity_names_the_pieces_that_fit() {
     let trace = traces().join("lora.csv.gz");
-    let (path, capacity) = (trace.to_str().unwrap(), "1590MiB");
+    let (path, capacity) = (trace.to_str().unwrap(), "1560MiB");
     let report = json(&tune(&["--json", "--capacity", capacity, path]));
     let settings = report["settings"].as_array().unwrap();
     assert!(
@@ -291,6 +291,31 @@ fn tune_at_a_tight_capacity_names_the_pieces_that_fit() {
         String::from_utf8_lossy(&out.stdout).contains(&want),
         "no `{}` in\n{}",
         want,
+        text(&out)
+    );
+    // Its note on driver time follows the figures: near the capacity the default pieces give
+    // memory back and map it again, and may cost more than the finer ones.
+    let driver_ms = |piece: Option<u64>| {
+        let s = settings
+            .iter()
+            .find(|s| {
+                s["conf"].is_null()
+                    && s["peak_slack"].is_null()
+                    && s["piece_size"].as_u64() == piece
+            })
+            .expect("a pool setting");
+        s["runs"][0]["driver_ms"].as_f64().unwrap()
+    };
+    let cheaper = driver_ms(Some(piece)) <= driver_ms(None);
+    let note = if cheaper {
+        "finer pieces, and no more driver time here"
+    } else {
+        "expect slower steps"
+    };
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(note),
+        "no `{}` in\n{}",
+        note,
         text(&out)
     );
 }

@@ -331,14 +331,24 @@ impl View<'_> {
                 },
                 pool.candidate.run_options()
             ));
+            // Finer pieces usually cost driver calls; near a capacity the default's may cost
+            // more, giving memory back and mapping it again.
             if pool.candidate.piece_size.is_some() {
-                out.push_str(&format!(
-                    "  (finer pieces than the default cost driver calls in every step whose shapes \
-                     change: {:.0} ms modelled over the traces against {:.0} ms with the default \
-                     pieces; expect slower steps)\n",
-                    pool.driver_ms(),
-                    pools[0].driver_ms()
-                ));
+                let (finer, default) = (pool.driver_ms(), pools[0].driver_ms());
+                out.push_str(&if finer > default {
+                    format!(
+                        "  (finer pieces than the default cost driver calls in every step whose \
+                         shapes change: {:.0} ms modelled over the traces against {:.0} ms with \
+                         the default pieces; expect slower steps)\n",
+                        finer, default
+                    )
+                } else {
+                    format!(
+                        "  (finer pieces, and no more driver time here: {:.0} ms modelled over \
+                         the traces against {:.0} ms with the default pieces)\n",
+                        finer, default
+                    )
+                });
             }
         }
         // Why a setting reserves what it does: the memory no tensor uses at its peak, by segment
