@@ -99,7 +99,7 @@ fn virtual_segments_join_free_neighbours_and_give_back_what_no_block_uses() {
     assert_eq!(
         s.num("device_live_under_4mib"),
         4 * MIB as i64,
-        "pieces are at most 1/32 of the peak live, here a page: only the pages under the 4 MiB \
+        "pieces are at most 1/128 of the peak live, here a page: only the pages under the 4 MiB \
          block stay"
     );
     // Without virtual memory in the runtime: plain segments, one more device call for the span;
@@ -199,7 +199,7 @@ fn mem_pool_trim_to_releases_pooled_memory() {
 fn repeated_pairs_are_served_from_the_pool() {
     let s = guarded("guard_ops", &["pooled"], &[]);
     s.succeeded();
-    // The address range and the two pages under the 3 MiB block (pieces are at most 1/32 of
+    // The address range and the two pages under the 3 MiB block (pieces are at most 1/128 of
     // the peak live, at least a page).
     assert!(s.num("device_allocs") <= 3, "{}", text(&s.out));
     assert_eq!(
