@@ -99,8 +99,9 @@ pub const PIECE_SHARE: u64 = 64;
 /// fixed 16 MiB, seg_infer (1.5 GiB) reached 1.045 and gru_asr 1.030; with 1/32, 1.036 and
 /// 1.016 (docs/benchmarks.md, session 14). 1/128 since session 22, chosen on the TUNE traces:
 /// w4_swap (705 MiB, weights loaded afresh each step beside long-lived packed ones) 1.092 ->
-/// 1.030, the TUNE max 1.092 -> 1.044 and its median 1.026 -> 1.019, at 1.9 times its modelled
-/// driver time (1/64: 1.051; 1/96: two traces over 1.05; 1/192: 1.035 at 2.7 times).
+/// 1.033 (1.030 on an H100), the TUNE max 1.092 -> 1.044 and its median 1.026 -> 1.019, at 1.9
+/// times its modelled driver time (1/64: 1.051; 1/96: two traces over 1.05; 1/192: 1.035 at
+/// 2.7 times).
 pub const PIECE_OF_PEAK: u64 = 128;
 /// Virtual segments reserve this much address space, or [`ADDRESS_SPACE_PER_CAP`] times the cap
 /// if that is smaller: a few cost nothing.
