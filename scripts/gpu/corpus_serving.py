@@ -63,9 +63,10 @@ def build_int8_infer(device, seed=0):
     return step
 
 
-def cached_forward(model, tokens, cache):
-    """Logits of the last position of `tokens` after `cache` (per layer of `model`, an LM: (k, v)
-    or None), each layer's cache grown by concatenation: decoding as a plain script does it."""
+def cached_forward(model, tokens, cache, every=False):
+    """Logits of the last position of `tokens` (with `every`, of each) after `cache` (per layer
+    of `model`, an LM: (k, v) or None), each layer's cache grown by concatenation: decoding as a
+    plain script does it."""
     start = 0 if cache[0] is None else cache[0][0].shape[2]
     t = tokens.shape[1]
     x = model.embed(tokens) + model.pos(torch.arange(start, start + t, device=tokens.device))
@@ -78,7 +79,7 @@ def cached_forward(model, tokens, cache):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=start == 0 and t > 1)
         x = x + a.o(y.transpose(1, 2).reshape(n, t, d))
         x = x + blk.mlp(blk.ln3(x))
-    return F.linear(model.ln(x[:, -1]), model.embed.weight)
+    return F.linear(model.ln(x if every else x[:, -1]), model.embed.weight)
 
 
 def build_beam_search(device, seed=0):
@@ -108,6 +109,49 @@ def build_beam_search(device, seed=0):
             origin = (flat // vocab + base).reshape(-1)
             scores, tok = scores.reshape(-1), (flat % vocab).reshape(-1, 1)
             cache[:] = [(k.index_select(0, origin), v.index_select(0, origin)) for k, v in cache]
+
+    step.reseed = rng.seed
+    return step
+
+
+def build_spec_decode(device, seed=0):
+    """Speculative decoding, fp16: a 4 x 512 draft LM proposes 4 tokens one at a time, a 12 x
+    1024 target LM checks them in one call, and both KV caches (grown by concatenation) are cut
+    back to the accepted length, as a plain script crops them (slices, so the next token's
+    concatenation makes each cache anew). 1-4 prompts of 64..512 tokens a request, 32..96 new
+    tokens, acceptance drawn per round (0-4 tokens; random weights accept none); one request a
+    step. Written in session 22 as a TUNE trace, its half fixed before recording: per-request
+    caches of a few MiB replaced every token at sizes going up and down (the shape plain
+    segments fail on in beam_search)."""
+    from corpus_workloads import LM
+
+    draft = LM(50257, 512, 8, 4).to(device).half().eval()
+    target = LM(50257, 1024, 16, 12).to(device).half().eval()
+    rng = random.Random(seed)
+    ahead = 4
+
+    def crop(cache, length):
+        cache[:] = [(k[:, :, :length], v[:, :, :length]) for k, v in cache]
+
+    @torch.no_grad()
+    def step():
+        batch, plen, new = rng.randrange(1, 5), rng.randrange(64, 513, 16), rng.randrange(32, 97, 8)
+        prompt = torch.randint(0, 50257, (batch, plen), device=device)
+        dcache, tcache = [None] * len(draft.blocks), [None] * len(target.blocks)
+        tok = cached_forward(draft, prompt, dcache).argmax(-1, keepdim=True)
+        cached_forward(target, prompt, tcache)
+        done = 0
+        while done < new:
+            proposed = [tok]
+            for _ in range(ahead - 1):
+                proposed.append(cached_forward(draft, proposed[-1], dcache).argmax(-1, keepdim=True))
+            checked = cached_forward(target, torch.cat(proposed, 1), tcache, every=True)
+            accepted = rng.randrange(0, ahead + 1)
+            length = plen + done + accepted
+            crop(tcache, length)
+            crop(dcache, min(length, dcache[0][0].shape[2]))
+            tok = checked[:, min(accepted, ahead - 1)].argmax(-1, keepdim=True)
+            done += accepted + 1
 
     step.reseed = rng.seed
     return step
@@ -265,4 +309,5 @@ CORPUS = {
     "tiny_lm_serve": (build_tiny_lm_serve, 3),
     "gqa_decode": (build_gqa_decode, 4),
     "w4_swap": (build_w4_swap, 6),
+    "spec_decode": (build_spec_decode, 6),
 }
