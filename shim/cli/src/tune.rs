@@ -335,20 +335,20 @@ impl View<'_> {
             // more, giving memory back and mapping it again.
             if pool.candidate.piece_size.is_some() {
                 let (finer, default) = (pool.driver_ms(), pools[0].driver_ms());
-                out.push_str(&if finer > default {
-                    format!(
-                        "  (finer pieces than the default cost driver calls in every step whose \
-                         shapes change: {:.0} ms modelled over the traces against {:.0} ms with \
-                         the default pieces; expect slower steps)\n",
-                        finer, default
+                let (what, so) = if finer > default {
+                    (
+                        "finer pieces than the default cost driver calls in every step whose \
+                         shapes change",
+                        "; expect slower steps",
                     )
                 } else {
-                    format!(
-                        "  (finer pieces, and no more driver time here: {:.0} ms modelled over \
-                         the traces against {:.0} ms with the default pieces)\n",
-                        finer, default
-                    )
-                });
+                    ("finer pieces, and no more driver time here", "")
+                };
+                out.push_str(&format!(
+                    "  ({}: {:.0} ms modelled over the traces against {:.0} ms with the default \
+                     pieces{})\n",
+                    what, finer, default, so
+                ));
             }
         }
         // Why a setting reserves what it does: the memory no tensor uses at its peak, by segment
