@@ -894,6 +894,38 @@ fn memory_mapped_ahead_of_a_large_request_reaches_at_most_a_piece() {
 }
 
 #[test]
+fn a_medium_request_fits_a_hole_before_it_splits_a_large_mapped_block() {
+    const MIB: u64 = 1 << 20;
+    // 1 GiB live (pieces of 8 MiB). A 16 MiB hole between live blocks whose pages went back,
+    // and a free 40 MiB block still mapped. An 8 MiB request takes mapped memory only where it
+    // fits closely, so it goes to the hole, where it fits best, and the next 40 MiB request
+    // finds its block whole: no device call. Split for the 8 MiB, the block would not hold
+    // the 40 MiB again; beam search's caches (nmt_beam) strand pieces that way.
+    let mut o = options(None);
+    o.cap = 4 << 30;
+    let pool = Pool::new(CountingSource::new(4 << 30), o);
+    let base = pool.alloc(1 << 30).unwrap();
+    let hole = pool.alloc(16 * MIB).unwrap();
+    let guard = pool.alloc(8 * MIB).unwrap();
+    let large = pool.alloc(40 * MIB).unwrap();
+    let end = pool.alloc(8 * MIB).unwrap();
+    pool.free(hole);
+    pool.trim_to(0);
+    pool.free(large);
+    let medium = pool.alloc(8 * MIB).unwrap();
+    pool.check_invariants().unwrap();
+    assert_eq!(medium, hole, "the 8 MiB request went to the hole");
+    let calls = pool.stats().source_allocs;
+    let again = pool.alloc(40 * MIB).unwrap();
+    pool.check_invariants().unwrap();
+    assert_eq!(again, large, "the 40 MiB block served whole");
+    assert_eq!(pool.stats().source_allocs, calls, "no device call for it");
+    for b in [again, medium, end, guard, base] {
+        pool.free(b);
+    }
+}
+
+#[test]
 fn a_growing_pool_maps_fewer_pieces_than_requests() {
     // 600 requests of 1.25 MiB, all live: 750 MiB. With each request's pages a piece of their
     // own that is 600 pieces; memory mapped ahead within the slack over the peak live (1/64)

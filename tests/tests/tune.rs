@@ -251,7 +251,7 @@ fn replay_completes(trace: &Path, policy: &str, capacity: &str) -> bool {
 #[test]
 fn tune_at_a_tight_capacity_names_the_pieces_that_fit() {
     let trace = traces().join("lora.csv.gz");
-    let (path, capacity) = (trace.to_str().unwrap(), "1560MiB");
+    let (path, capacity) = (trace.to_str().unwrap(), "1540MiB");
     let report = json(&tune(&["--json", "--capacity", capacity, path]));
     let settings = report["settings"].as_array().unwrap();
     assert!(

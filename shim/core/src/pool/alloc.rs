@@ -190,8 +190,14 @@ impl<S: DeviceSource> Pool<S> {
             Fit::Near
         };
         let oversize = self.options.oversize();
-        // Memory already mapped first: mapping more while mapped memory sits idle churns.
+        // Memory already mapped first: mapping more while mapped memory sits idle churns. A
+        // medium request takes it only by a close fit, else the best fit anywhere: split for
+        // one, a large free block no longer holds the request that freed it, and the slivers
+        // left beside caches replaced every token pin pieces (nmt_beam 1.055 -> 1.045, TUNE's
+        // max; docs/benchmarks.md, session 23).
         let mapped = if st.virtual_memory {
+            let medium = rounded > SMALL_REQUEST && rounded <= MEDIUM_REQUEST;
+            let fit = if medium { Fit::Close } else { fit };
             st.find(kind, rounded, oversize, fit, Backing::Mapped)
         } else {
             None
