@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from corpus_vision import timestep_embedding
 from workloads import grown_cache
 
 
@@ -95,9 +96,6 @@ class RopeDiT(nn.Module):
 
     def __init__(self, dim=768, heads=12, layers=12, channels=4, patch=2):
         super().__init__()
-        from corpus_vision import timestep_embedding
-
-        self.timestep_embedding = timestep_embedding
         self.dim, self.heads, self.patch, self.channels = dim, heads, patch, channels
         self.embed = nn.Conv2d(channels, dim, patch, stride=patch)
         self.t_mlp = nn.Sequential(nn.Linear(256, dim), nn.SiLU(), nn.Linear(dim, dim))
@@ -127,7 +125,7 @@ class RopeDiT(nn.Module):
         b, c, hgt, wid = x.shape
         p = self.patch
         tokens = self.embed(x).flatten(2).transpose(1, 2)
-        cond = self.t_mlp(self.timestep_embedding(t, 256).to(tokens.dtype)) + self.ctx_proj(ctx).mean(1)
+        cond = self.t_mlp(timestep_embedding(t, 256).to(tokens.dtype)) + self.ctx_proj(ctx).mean(1)
         table = None
         for blk in self.blocks:
             s1, g1, s2, g2 = blk["mod"](F.silu(cond)).unsqueeze(1).chunk(4, -1)

@@ -81,6 +81,14 @@ fn options_with(max_split: Option<u64>, vmm: bool) -> PoolOptions {
     o
 }
 
+/// A pool of virtual segments on a 4 GiB device, capped there: room for 1 GiB live, whose
+/// pieces are 8 MiB.
+fn four_gib_pool() -> Pool<CountingSource> {
+    let mut o = options(None);
+    o.cap = 4 << 30;
+    Pool::new(CountingSource::new(4 << 30), o)
+}
+
 /// A pool with the free index's in-place updates and the replay on, and its twin with them
 /// off, both with all work in one order: placement must be the same in both.
 fn twin_pools(vmm: bool) -> [Pool<CountingSource>; 2] {
@@ -877,9 +885,7 @@ fn memory_mapped_ahead_of_a_large_request_reaches_at_most_a_piece() {
     // 1 GiB live: pieces of 8 MiB (1/128 of the peak live), 16 MiB of slack past it, and 16
     // MiB the share of what is mapped that a mapping may reach. An 11 MiB request maps its 12
     // MiB of pages in two pieces, already more than one piece: nothing ahead.
-    let mut o = options(None);
-    o.cap = 4 << 30;
-    let pool = Pool::new(CountingSource::new(4 << 30), o);
+    let pool = four_gib_pool();
     let base = pool.alloc(1 << 30).unwrap();
     let before = pool.stats().reserved;
     let a = pool.alloc(11 * MIB).unwrap();
@@ -901,9 +907,7 @@ fn a_medium_request_fits_a_hole_before_it_splits_a_large_mapped_block() {
     // fits closely, so it goes to the hole, where it fits best, and the next 40 MiB request
     // finds its block whole: no device call. Split for the 8 MiB, the block would not hold
     // the 40 MiB again; beam search's caches (nmt_beam) strand pieces that way.
-    let mut o = options(None);
-    o.cap = 4 << 30;
-    let pool = Pool::new(CountingSource::new(4 << 30), o);
+    let pool = four_gib_pool();
     let base = pool.alloc(1 << 30).unwrap();
     let hole = pool.alloc(16 * MIB).unwrap();
     let guard = pool.alloc(8 * MIB).unwrap();

@@ -6,8 +6,8 @@ use std::sync::MutexGuard;
 
 use super::state::{Backing, Fit, Kind, State};
 use super::{
-    round_up, timed, AllocError, Pool, GRANULE, MEDIUM_DIVISIONS, MEDIUM_REQUEST, MEDIUM_SEGMENT,
-    MEDIUM_WASTE, SEGMENT, SMALL_REQUEST, WARMUP_SEGMENT,
+    is_medium, round_up, timed, AllocError, Pool, GRANULE, MEDIUM_DIVISIONS, MEDIUM_REQUEST,
+    MEDIUM_SEGMENT, MEDIUM_WASTE, SEGMENT, WARMUP_SEGMENT,
 };
 use crate::source::DeviceSource;
 
@@ -36,7 +36,7 @@ fn medium_segment(rounded: u64) -> u64 {
 /// The size a request of `rounded` bytes takes in a plain segment: medium ones rounded up to
 /// their size class (see [`MEDIUM_DIVISIONS`]), the rest as they are.
 fn plain_size(rounded: u64) -> u64 {
-    if rounded <= SMALL_REQUEST || rounded > MEDIUM_REQUEST {
+    if !is_medium(rounded) {
         return rounded;
     }
     let power = 1 << (63 - rounded.leading_zeros());
@@ -196,8 +196,7 @@ impl<S: DeviceSource> Pool<S> {
         // left beside caches replaced every token pin pieces (nmt_beam 1.055 -> 1.045, TUNE's
         // max; docs/benchmarks.md, session 23).
         let mapped = if st.virtual_memory {
-            let medium = rounded > SMALL_REQUEST && rounded <= MEDIUM_REQUEST;
-            let fit = if medium { Fit::Close } else { fit };
+            let fit = if is_medium(rounded) { Fit::Close } else { fit };
             st.find(kind, rounded, oversize, fit, Backing::Mapped)
         } else {
             None

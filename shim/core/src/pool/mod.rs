@@ -62,6 +62,11 @@ pub const SMALL_REQUEST: u64 = 1 << 20;
 /// Requests up to this size get a segment of up to [`MEDIUM_SEGMENT`] that may hold several of
 /// them, so the next few of the same size land in it too (see [`MEDIUM_WASTE`]).
 pub const MEDIUM_REQUEST: u64 = 10 << 20;
+/// Whether a request of `rounded` bytes is a medium one: past the small pool, up to
+/// [`MEDIUM_REQUEST`].
+pub(crate) fn is_medium(rounded: u64) -> bool {
+    rounded > SMALL_REQUEST && rounded <= MEDIUM_REQUEST
+}
 pub const MEDIUM_SEGMENT: u64 = 20 << 20;
 /// With plain segments, a medium request is rounded up to a multiple of 1 / n of the power of two
 /// at or below it (PyTorch's `roundup_power2_divisions`): a tensor that grows a little each step

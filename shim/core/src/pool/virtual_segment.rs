@@ -6,8 +6,8 @@ use super::block::Block;
 use super::pages::{Mapping, Pages};
 use super::state::{Backing, Kind, Segment, State};
 use super::{
-    round_up, timed, AllocError, Pool, ADDRESS_SPACE_PER_CAP, MEDIUM_REQUEST, NIL, PIECE_OF_PEAK,
-    PIECE_SHARE, SEGMENT, SMALL_REQUEST, VIRTUAL_SEGMENT,
+    is_medium, round_up, timed, AllocError, Pool, ADDRESS_SPACE_PER_CAP, MEDIUM_REQUEST, NIL,
+    PIECE_OF_PEAK, PIECE_SHARE, SEGMENT, SMALL_REQUEST, VIRTUAL_SEGMENT,
 };
 use crate::source::DeviceSource;
 
@@ -23,7 +23,7 @@ use crate::source::DeviceSource;
 /// ahead: 1,220 pieces given back; with 8 MiB ahead, 33; docs/benchmarks.md, session 22).
 pub(super) fn piece_target(reserved: u64, rounded: u64, piece_size: u64, piece: u64) -> u64 {
     let share = round_up(reserved / PIECE_SHARE, SEGMENT);
-    if rounded > SMALL_REQUEST && rounded <= MEDIUM_REQUEST {
+    if is_medium(rounded) {
         share.max(MEDIUM_REQUEST).min(piece_size)
     } else {
         share.min(piece)
