@@ -900,6 +900,39 @@ fn memory_mapped_ahead_of_a_large_request_reaches_at_most_a_piece() {
 }
 
 #[test]
+fn an_idle_plain_segment_serves_only_requests_that_tile_it() {
+    const MIB: u64 = 1 << 20;
+    // Plain segments. Each layer makes a 96 MiB temporary, frees it, and keeps a 72 MiB result
+    // (weights unpacked layer by layer). Placed in the temporary's idle segment, each result
+    // would keep a quarter of it idle and the next temporary would need a segment of its own:
+    // reserved would grow by 96 MiB a layer. A result gets a segment of its own size instead,
+    // the idle segment going back when growth needs the room, so one temporary's segment is
+    // all the pool holds past the results.
+    let pool = plain_pool(4 << 30);
+    pool.source().set_in_order(true);
+    let base = pool.alloc(1 << 30).unwrap();
+    let mut results = Vec::new();
+    for _ in 0..8 {
+        let temporary = pool.alloc(96 * MIB).unwrap();
+        pool.free(temporary);
+        results.push(pool.alloc(72 * MIB).unwrap());
+        pool.check_invariants().unwrap();
+    }
+    let s = pool.stats();
+    let bound = (1 << 30) + 8 * 72 * MIB + 96 * MIB;
+    assert!(
+        s.peak_reserved <= bound,
+        "peak reserved {} MiB, past {} MiB: results kept temporaries' segments",
+        s.peak_reserved / MIB,
+        bound / MIB
+    );
+    for b in results.into_iter().chain([base]) {
+        pool.free(b);
+    }
+    pool.check_invariants().unwrap();
+}
+
+#[test]
 fn a_medium_request_fits_a_hole_before_it_splits_a_large_mapped_block() {
     const MIB: u64 = 1 << 20;
     // 1 GiB live (pieces of 8 MiB). A 16 MiB hole between live blocks whose pages went back,
@@ -1619,14 +1652,18 @@ fn a_far_block_of_plain_memory_goes_back_rather_than_serve_a_short_request() {
 
 #[test]
 fn a_far_block_of_plain_memory_serves_where_growing_would_set_a_new_peak() {
-    // A 256 MiB segment holding 210 MiB leaves 46 MiB free: a 20 MiB request is far from
+    // A 256 MiB segment holding 240 MiB leaves 16 MiB free: an 8 MiB request is far from
     // it, but a new segment would take the pool past its peak.
     let pool = plain_pool(4 << 30);
     let a = pool.alloc(256 << 20).unwrap();
     pool.free(a);
-    let q = pool.alloc(210 << 20).unwrap();
-    assert_eq!(pool.stats().reserved, 256 << 20, "210 MiB is near 256 MiB");
-    let r = pool.alloc(20 << 20).unwrap();
+    let q = pool.alloc(240 << 20).unwrap();
+    assert_eq!(
+        pool.stats().reserved,
+        256 << 20,
+        "240 MiB tiles 256 MiB closely"
+    );
+    let r = pool.alloc(8 << 20).unwrap();
     let s = pool.stats();
     assert_eq!(
         s.reserved,
@@ -1681,9 +1718,9 @@ fn near_its_peak_a_plain_pool_serves_from_a_block_only_a_little_larger() {
     );
     let d = pool.alloc(256 * MIB).unwrap();
     reserved_is(706, "a peak of 706 MiB, not 812");
-    // A block at most 3/2 times the request still serves it: 200 MiB in the 256 MiB one.
+    // A request that tiles the idle block closely still takes it: 240 MiB in the 256 MiB one.
     pool.free(d);
-    let e = pool.alloc(200 * MIB).unwrap();
+    let e = pool.alloc(240 * MIB).unwrap();
     reserved_is(706, "served from the idle 256 MiB");
     pool.check_invariants().unwrap();
     for x in [b, c, e] {

@@ -88,6 +88,14 @@ pub const MEDIUM_WASTE: u64 = 16;
 /// TUNE max with it, at 9% more plain driver time (5/4: 1.078 at 33% more; 1: 1.061 at 61%).
 /// `(numerator, denominator)`.
 pub const NEAR_SHARE: (u64, u64) = (3, 2);
+/// With plain segments, a segment no block uses serves a request past the small pool only if a
+/// whole number of such requests leave at most 1 / n of it over: else one request keeps the rest
+/// of it idle for as long as it lives (nmt_beam's 5.5 MiB caches each alone in a 16 MiB segment
+/// made for two 8 MiB ones), while the idle segment goes back once growth needs the room and a
+/// segment of the request's own size is made. Chosen on the TUNE traces
+/// (docs/benchmarks.md, session 24: TUNE's plain median 1.039 -> 1.019, max 1.230 -> 1.150, at
+/// 2.2 times the plain driver time; 1/4: max 1.178; 1/16: 1.169 at 2.9 times).
+pub const IDLE_TILE: u64 = 8;
 /// While the pool is well below its peak (live bytes with the request's under 4/5 of the peak
 /// live), such a block serves only a request of at least 3/4 of it: there a block that fits
 /// badly goes back and an exact segment costs no peak, so the layout does not drift over a long

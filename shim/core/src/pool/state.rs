@@ -8,7 +8,9 @@ use super::block::{Block, BlockState};
 use super::index::FreeIndex;
 use super::pages::{Mappings, Pages};
 use super::spares::Spares;
-use super::{FAR_FROM_PEAK, FAR_SHARE, MEDIUM_SEGMENT, NEAR_SHARE, NIL, SEGMENT, SMALL_REQUEST};
+use super::{
+    FAR_FROM_PEAK, FAR_SHARE, IDLE_TILE, MEDIUM_SEGMENT, NEAR_SHARE, NIL, SEGMENT, SMALL_REQUEST,
+};
 use crate::hash::AddrMap;
 use crate::stats::Stats;
 
@@ -56,7 +58,8 @@ pub(super) enum Fit {
     /// [`MEDIUM_SEGMENT`] serves only a request it is at most [`NEAR_SHARE`] times, or
     /// [`FAR_SHARE`] while the pool is well below its peak (or a block of a page): a short-lived
     /// request placed far inside one would keep the rest of it from going back when a later
-    /// request needs more.
+    /// request needs more. And a plain segment no block uses serves a request past the small
+    /// pool only if a whole number of such requests tile it (see [`IDLE_TILE`]).
     Near,
     /// Only one that wastes at most an eighth of a large request (while a synchronize could
     /// make a better one reusable).
@@ -260,10 +263,16 @@ impl State {
 
     /// Whether free block `b` may serve `rounded` bytes under [`Fit::Near`].
     fn near(&self, b: &Block, rounded: u64) -> bool {
-        let large_plain = self.segments[b.seg as usize]
-            .as_ref()
-            .map_or(false, |s| s.pages.is_none() && s.size > MEDIUM_SEGMENT);
-        if !large_plain {
+        let Some(s) = self.segments[b.seg as usize].as_ref() else {
+            return true;
+        };
+        if s.pages.is_some() {
+            return true;
+        }
+        if b.size == s.size && rounded > SMALL_REQUEST && (s.size % rounded) * IDLE_TILE > s.size {
+            return false;
+        }
+        if s.size <= MEDIUM_SEGMENT {
             return true;
         }
         let (far, from) = FAR_FROM_PEAK;
