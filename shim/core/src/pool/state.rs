@@ -263,12 +263,10 @@ impl State {
 
     /// Whether free block `b` may serve `rounded` bytes under [`Fit::Near`].
     fn near(&self, b: &Block, rounded: u64) -> bool {
-        let Some(s) = self.segments[b.seg as usize].as_ref() else {
-            return true;
+        let s = match self.segments[b.seg as usize].as_ref() {
+            Some(s) if s.pages.is_none() => s,
+            _ => return true,
         };
-        if s.pages.is_some() {
-            return true;
-        }
         if b.size == s.size && rounded > SMALL_REQUEST && (s.size % rounded) * IDLE_TILE > s.size {
             return false;
         }
