@@ -267,7 +267,10 @@ impl State {
             Some(s) if s.pages.is_none() => s,
             _ => return true,
         };
-        if b.size == s.size && rounded > SMALL_REQUEST && (s.size % rounded) * IDLE_TILE > s.size {
+        if rounded > SMALL_REQUEST
+            && self.is_idle_plain(s)
+            && (s.size % rounded) * IDLE_TILE > s.size
+        {
             return false;
         }
         if s.size <= MEDIUM_SEGMENT {
