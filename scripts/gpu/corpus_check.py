@@ -314,11 +314,10 @@ def main():
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a rocmguard setting for every run under the shim (piece_size=16MiB); repeatable")
     args = p.parse_args()
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            p.error(f"--set {item}: write KEY=VALUE")
-        SETTINGS["ROCMGUARD_" + key.upper().removeprefix("ROCMGUARD_")] = value
+    try:
+        SETTINGS.update(shim_output.settings_env(args.set))
+    except ValueError as e:
+        p.error(str(e))
     start = time.monotonic()
     halves = corpus()
     wanted = set(args.only.split(",")) if args.only else None

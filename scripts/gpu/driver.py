@@ -32,6 +32,7 @@ from pathlib import Path
 import report
 from checks import cap, paths, reuse, step_time, swap, training, two_gpus
 from runner import PART_BUDGET, Context
+from shim_output import settings_env
 
 
 @dataclass
@@ -76,13 +77,11 @@ def main(argv=None, launcher=None, machine=report.machine, out=None):
     out = out or sys.stdout
     say = lambda line="": print(line, file=out, flush=True)  # noqa: E731
     args = arguments(argv)
-    settings = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            print(f"gpu-check: --set {item}: write KEY=VALUE", file=sys.stderr)
-            return 2
-        settings["ROCMGUARD_" + key.upper().removeprefix("ROCMGUARD_")] = value
+    try:
+        settings = settings_env(args.set)
+    except ValueError as e:
+        print(f"gpu-check: {e}", file=sys.stderr)
+        return 2
     if not Path(args.lib).is_file():
         print(f"gpu-check: {args.lib} does not exist (build it with `cargo build --release`)", file=sys.stderr)
         return 2

@@ -32,7 +32,7 @@ placement. One INPROCESS-RESULT line.
 Usage: overhead.py --lib target/release/librocmguard.so [--rounds 6] [--workloads gpt2,decode]
        [--variants native,empty,shim] [--budget 540] [--json PATH]
        overhead.py --in-process --lib ... [--workloads gpt2,resnet50,decode] [--budget 480]
-       overhead.py --in-process --versus-cache --lib ... --workloads moe,seg_infer
+       overhead.py --in-process --versus-cache --lib ... --workloads moe,seg_infer [--set vmm=0]
 The GPU's clocks are left as the machine sets them (the device tool forbids changing them).
 """
 
@@ -47,6 +47,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from shim_output import settings_env
 
 HERE = Path(__file__).resolve().parent
 TAG = "OVERHEAD-RESULT"
@@ -115,12 +117,19 @@ def build_helpers(workdir):
     return empty, count
 
 
+# `--set KEY=VALUE`: rocmguard settings for every process with the shim, as ROCMGUARD_KEY=VALUE
+# (the caller's own ROCMGUARD_* variables are dropped, so that each variant runs as described).
+SETTINGS = {}
+
+
 def env_for(variant, lib, empty, count):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMGUARD_") and k not in ("LD_PRELOAD", "PYTORCH_NO_CUDA_MEMORY_CACHING")}
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NCCL_NVLS_ENABLE": "0", "OMP_NUM_THREADS": "4"})
     preload = {"native": None, "empty": str(empty), "shim": lib, "shim-nocache": lib}.get(variant, f"{count}:{lib}")
     if preload:
         env["LD_PRELOAD"] = preload
+    if preload and lib in preload:
+        env.update(SETTINGS)
     if variant in ("shim-nocache", "count-nocache"):
         env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     return env
@@ -160,10 +169,16 @@ def main():
     p.add_argument("--block-s", type=float, default=0.6, help="--in-process: seconds of timed steps per block")
     p.add_argument("--versus-cache", action="store_true",
                    help="--in-process: the pool's blocks with PyTorch's cache off, against PyTorch's cache (target +2%%)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a rocmguard setting for every process with the shim (vmm=0: plain segments); repeatable")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--counting", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--in-process-child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
+    try:
+        SETTINGS.update(settings_env(args.set))
+    except ValueError as e:
+        p.error(str(e))
     if args.child:
         return child(args.child.split(","), args.counting)
     if args.in_process_child:

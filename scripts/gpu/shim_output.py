@@ -1,5 +1,6 @@
 """Reading what the checked programs and the shim print: the programs' result lines, the shim's
-first-use line and its `rocmguard: CUDA memory at exit` table (ROCMGUARD_STATS=1)."""
+first-use line and its `rocmguard: CUDA memory at exit` table (ROCMGUARD_STATS=1); and the
+`--set KEY=VALUE` settings the GPU scripts pass to it."""
 
 import json
 
@@ -22,6 +23,18 @@ def fmt_bytes(n):
     if n >= MIB:
         return f"{n / MIB:.1f} MiB"
     return f"{n} B"
+
+
+def settings_env(items):
+    """`--set KEY=VALUE` items as the shim's environment: `vmm=0` -> ROCMGUARD_VMM=0. Raises
+    ValueError on an item that is not KEY=VALUE."""
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item}: write KEY=VALUE")
+        env["ROCMGUARD_" + key.upper().removeprefix("ROCMGUARD_")] = value
+    return env
 
 
 def ratio_text(value, base):

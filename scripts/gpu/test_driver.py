@@ -14,6 +14,7 @@ import json
 import sys
 import tempfile
 import unittest
+import unittest.mock
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -72,6 +73,27 @@ class Parsing(unittest.TestCase):
         self.assertEqual(shim_output.results(out), [{"a": 1}])
         self.assertEqual(shim_output.tagged('BOUND-RESULT [1]\nBOUND-RESULT [2]\n', "BOUND-RESULT"), [2])
         self.assertIsNone(shim_output.tagged("BOUND-RESULT {", "BOUND-RESULT"))
+
+    def test_settings_reach_the_shim_only(self):
+        """--set KEY=VALUE as ROCMGUARD_KEY, and overhead.py's processes with the shim alone get it."""
+        self.assertEqual(shim_output.settings_env(["vmm=0", "ROCMGUARD_piece_size=8MiB"]),
+                         {"ROCMGUARD_VMM": "0", "ROCMGUARD_PIECE_SIZE": "8MiB"})
+        with self.assertRaises(ValueError):
+            shim_output.settings_env(["vmm"])
+        saved = dict(overhead.SETTINGS)
+        overhead.SETTINGS.update(shim_output.settings_env(["vmm=0"]))
+        try:
+            with unittest.mock.patch.dict("os.environ", {"ROCMGUARD_CAP": "1GiB"}):
+                for variant in ("shim", "shim-nocache", "count"):
+                    env = overhead.env_for(variant, "/lib/rg.so", "/lib/empty.so", "/lib/count.so")
+                    self.assertEqual(env["ROCMGUARD_VMM"], "0", variant)
+                    self.assertNotIn("ROCMGUARD_CAP", env)
+                for variant in ("native", "empty"):
+                    env = overhead.env_for(variant, "/lib/rg.so", "/lib/empty.so", "/lib/count.so")
+                    self.assertFalse([k for k in env if k.startswith("ROCMGUARD_")], variant)
+        finally:
+            overhead.SETTINGS.clear()
+            overhead.SETTINGS.update(saved)
 
     def test_fmt_bytes(self):
         self.assertEqual(shim_output.fmt_bytes(8 * GIB), "8.00 GiB")
@@ -463,6 +485,14 @@ class Main(unittest.TestCase):
             self.assertEqual((rc, list(data)), (0, ["part1"]))
             self.assertEqual({r["check"] for r in data["part1"]["rows"]}, {4})
             self.assertTrue(all(e["ROCMGUARD_VMM"] == "0" for _, e, _ in gpu.calls if "LD_PRELOAD" in e))
+        # overhead.py drops the ROCMGUARD_* variables it gets: the step-time checks pass --set on.
+        gpu = FakeGpu()
+        rc, text, _, _ = run_main(["--part", "2", "--set", "vmm=0"], gpu)
+        with shown_on_failure(text):
+            timed = [c for c, _, _ in gpu.calls if any(x.endswith("overhead.py") for x in c)]
+            self.assertTrue(timed)
+            self.assertTrue(all(c[c.index("--set") + 1] == "ROCMGUARD_VMM=0" for c in timed if "--set" in c))
+            self.assertTrue(all("--set" in c for c in timed))
         with contextlib.redirect_stderr(io.StringIO()) as err:
             self.assertEqual(run_main(["--part", "3", "--only", "4"], FakeGpu())[0], 2)
         self.assertIn("no such check", err.getvalue())

@@ -29,9 +29,16 @@ def measuring_env(ctx):
     return env
 
 
+def settings_args(ctx):
+    """The driver's `--set` settings, passed on: overhead.py drops the ROCMGUARD_* variables it
+    is given, so that each of its variants runs as described, and sets these on the shim's."""
+    return [arg for key, value in ctx.settings.items() for arg in ("--set", f"{key}={value}")]
+
+
 def check_cost_bound(ctx):
     command = [ctx.python, str(HERE / "overhead.py"), "--lib", ctx.lib, "--workloads", ",".join(TITLES),
                "--variants", "native", "--counts", "--rounds", "1", "--json", str(ctx.logs / "cost-bound.json")]
+    command += settings_args(ctx)
     s = ctx.script("cost-bound", command, measuring_env(ctx), limit=400)
     bounds = tagged(s.out, "BOUND-RESULT")
     name = "shim's CPU work per step (bound)"
@@ -65,6 +72,7 @@ def in_process(workload):
             return
         command = [ctx.python, str(HERE / "overhead.py"), "--in-process", "--lib", ctx.lib, "--workloads", workload,
                    "--budget", str(budget), "--json", str(ctx.logs / f"in-process-{workload}.json")]
+        command += settings_args(ctx)
         s = ctx.script(f"in-process-{workload}", command, measuring_env(ctx), limit=budget + IN_PROCESS_RESERVE - 5)
         found = {r["workload"]: r for r in tagged(s.out, "INPROCESS-RESULT") or []}
         r = found.get(workload)
