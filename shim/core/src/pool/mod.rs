@@ -96,14 +96,6 @@ pub const NEAR_SHARE: (u64, u64) = (3, 2);
 /// (docs/benchmarks.md, session 24: TUNE's plain median 1.039 -> 1.019, max 1.230 -> 1.150, at
 /// 2.2 times the plain driver time; 1/4: max 1.178; 1/16: 1.169 at 2.9 times).
 pub const IDLE_TILE: u64 = 8;
-/// While the pool is well below its peak (live bytes with the request's under 4/5 of the peak
-/// live), such a block serves only a request of at least 3/4 of it: there a block that fits
-/// badly goes back and an exact segment costs no peak, so the layout does not drift over a long
-/// run (seg_infer_long's plain ratio 1.190 -> 1.047, TUNE's median 1.042 -> 1.028 at 1.7 times
-/// its plain driver time; docs/benchmarks.md, session 17). Both `(numerator, denominator)`.
-pub const FAR_FROM_PEAK: (u64, u64) = (4, 5);
-/// The block may be at most this many times the request there: 4/3.
-pub const FAR_SHARE: (u64, u64) = (4, 3);
 /// A piece mapped for a request reaches past it, into free address space, until it holds at
 /// least this fraction (1 / n) of what the pool has mapped: see `virtual_segment::piece_target`.
 pub const PIECE_SHARE: u64 = 64;

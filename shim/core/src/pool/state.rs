@@ -8,9 +8,7 @@ use super::block::{Block, BlockState};
 use super::index::FreeIndex;
 use super::pages::{Mappings, Pages};
 use super::spares::Spares;
-use super::{
-    FAR_FROM_PEAK, FAR_SHARE, IDLE_TILE, MEDIUM_SEGMENT, NEAR_SHARE, NIL, SEGMENT, SMALL_REQUEST,
-};
+use super::{IDLE_TILE, MEDIUM_SEGMENT, NEAR_SHARE, NIL, SEGMENT, SMALL_REQUEST};
 use crate::hash::AddrMap;
 use crate::stats::Stats;
 
@@ -55,10 +53,9 @@ pub(super) enum Fit {
     /// Any block that holds it.
     Any,
     /// Any block that holds it, except that a free block of a plain segment larger than
-    /// [`MEDIUM_SEGMENT`] serves only a request it is at most [`NEAR_SHARE`] times, or
-    /// [`FAR_SHARE`] while the pool is well below its peak (or a block of a page): a short-lived
-    /// request placed far inside one would keep the rest of it from going back when a later
-    /// request needs more. And a plain segment no block uses serves a request past the small
+    /// [`MEDIUM_SEGMENT`] serves only a request it is at most [`NEAR_SHARE`] times (or a block
+    /// of a page): a short-lived request placed far inside one would keep the rest of it from
+    /// going back when a later request needs more. And a plain segment no block uses serves a request past the small
     /// pool only if a whole number of such requests tile it (see [`IDLE_TILE`]).
     Near,
     /// Only one that wastes at most an eighth of a large request (while a synchronize could
@@ -276,13 +273,7 @@ impl State {
         if s.size <= MEDIUM_SEGMENT {
             return true;
         }
-        let (far, from) = FAR_FROM_PEAK;
-        let live = self.stats.live.saturating_add(rounded);
-        let (num, den) = if live.saturating_mul(from) < self.stats.peak_live.saturating_mul(far) {
-            FAR_SHARE
-        } else {
-            NEAR_SHARE
-        };
+        let (num, den) = NEAR_SHARE;
         b.size.saturating_mul(den) <= (SEGMENT * den).max(rounded.saturating_mul(num))
     }
 
