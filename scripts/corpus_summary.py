@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The trace corpus replayed through some policies: per trace peak reserved / peak live, modelled
 driver ms and min capacity / peak live; then per half (data/traces/corpus.tsv) the median, the
-max, how many traces are over 1.05, and the driver ms and the pool's synchronizes in all. With
+max, how many traces are over 1.05, and the driver ms and the synchronizes in all (those asked
+for, and the frees that waited for the program's work: `replay --json`'s `syncs`). With
 --steady, also the driver ms of each trace's second half (the whole trace's less its first
 half's, replayed alone): what a run keeps paying once past its peak, the part of the driver time
 a longer run multiplies.

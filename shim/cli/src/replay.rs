@@ -108,6 +108,8 @@ pub struct PolicyReport {
     pub ratio: f64,
     pub source_allocs: u64,
     pub source_frees: u64,
+    /// Device synchronizes: those the allocator asked for, and its frees that waited for the
+    /// program's work (`cudaFree`/`hipFree` wait for the device; a run of frees waits once).
     pub syncs: u64,
     pub ooms: u64,
     /// Modelled time of the driver calls, milliseconds (`replay --help` says from what).

@@ -8,7 +8,7 @@
 //! [`MEASURED`] equal to the file. A mapping opens its pieces one `cuMemSetAccess` each (the
 //! file times one handle per call), so a range of many pieces costs as many calls.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rocmguard_core::{CountingSource, DeviceSource, SourceError};
 
@@ -139,6 +139,12 @@ impl CostModel {
 pub struct Clock {
     model: &'static CostModel,
     us: AtomicU64,
+    /// Frees that waited for the device: `cudaFree`/`hipFree` of plain memory wait for all the
+    /// work queued before them, which is a synchronize for the program; only the first after
+    /// the program ran waits for its work (the rest find the device idle).
+    waits: AtomicU64,
+    /// Whether the program ran since the last synchronize or waiting free.
+    ran: AtomicBool,
 }
 
 impl Clock {
@@ -146,7 +152,32 @@ impl Clock {
         Clock {
             model,
             us: AtomicU64::new(0f64.to_bits()),
+            waits: AtomicU64::new(0),
+            ran: AtomicBool::new(false),
         }
+    }
+
+    /// The program ran (queued work) between driver calls.
+    pub fn program_ran(&self) {
+        self.ran.store(true, Ordering::Relaxed);
+    }
+
+    /// A `cudaFree`/`hipFree` of `size` bytes: it waits for the program's work, if any ran.
+    pub fn free(&self, size: u64) {
+        self.add(Call::Free, size, 1);
+        if self.ran.swap(false, Ordering::Relaxed) {
+            self.waits.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The device was synchronized: a free after it finds nothing to wait for.
+    pub fn synchronized(&self) {
+        self.ran.store(false, Ordering::Relaxed);
+    }
+
+    /// The frees that waited for the program's work (see [`Clock::waits`]'s field).
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     /// Adds `count` calls of `size` bytes.
@@ -190,13 +221,14 @@ impl DeviceSource for TimedSource {
         Ok(addr)
     }
     fn free(&self, addr: u64, size: u64) -> Result<(), SourceError> {
-        self.clock.add(Call::Free, size, 1);
+        self.clock.free(size);
         self.inner.free(addr, size)
     }
     fn mem_info(&self) -> Result<(u64, u64), SourceError> {
         self.inner.mem_info()
     }
     fn synchronize(&self) -> Result<(), SourceError> {
+        self.clock.synchronized();
         self.inner.synchronize()
     }
     fn in_order(&self) -> bool {
@@ -273,5 +305,30 @@ mod tests {
         assert_eq!(MEASURED.us(Call::Free, 4 << 30), 878.37);
         let mid = MEASURED.us(Call::Free, 5 << 20);
         assert!((mid - (35.54 + 31.17) / 2.0).abs() < 1e-9, "{}", mid);
+    }
+
+    /// A free waits for the work the program queued since the last wait or synchronize: the
+    /// first of a run of frees waits, the rest find the device idle.
+    #[test]
+    fn a_free_after_the_program_ran_waits_once() {
+        let clock = Clock::new(&MEASURED);
+        clock.free(2 << 20);
+        assert_eq!(clock.waits(), 0, "nothing ran before it");
+        clock.program_ran();
+        clock.free(2 << 20);
+        clock.free(8 << 20);
+        assert_eq!(clock.waits(), 1, "two frees in a row wait once");
+        clock.program_ran();
+        clock.synchronized();
+        clock.free(2 << 20);
+        assert_eq!(clock.waits(), 1, "a synchronize waited already");
+        clock.program_ran();
+        clock.free(2 << 20);
+        assert_eq!(clock.waits(), 2);
+        let us = 4.0 * MEASURED.us(Call::Free, 2 << 20) + MEASURED.us(Call::Free, 8 << 20);
+        assert!(
+            (clock.us() - us).abs() < 1e-9,
+            "each free's time is counted"
+        );
     }
 }

@@ -159,7 +159,8 @@ pub struct Outcome {
     /// Calls to the driver: segments taken and given back.
     pub source_allocs: u64,
     pub source_frees: u64,
-    /// Device synchronizes the pool asked for.
+    /// Device synchronizes the pool asked for, and its frees of plain memory that waited for
+    /// the program's work (see [`super::cost::Clock::waits`]).
     pub syncs: u64,
     /// Modelled time of the driver calls, microseconds ([`super::cost`]).
     pub driver_us: f64,
@@ -378,7 +379,7 @@ impl PoolRun {
             peak_reserved: s.peak_reserved,
             source_allocs: s.source_allocs,
             source_frees: s.source_frees,
-            syncs: s.syncs,
+            syncs: s.syncs + self.pool.source().clock.waits(),
             ooms: self.ooms,
             events: self.events,
             driver_us: self.pool.source().clock.us(),
@@ -392,6 +393,7 @@ impl Run for PoolRun {
         match *op {
             Op::Alloc { id, size } => {
                 self.events += 1;
+                self.pool.source().clock.program_ran();
                 match self.pool.alloc(size) {
                     Ok(addr) => {
                         self.addrs[id as usize] = addr;
@@ -406,6 +408,7 @@ impl Run for PoolRun {
             }
             Op::Free { id, size } => {
                 self.events += 1;
+                self.pool.source().clock.program_ran();
                 let addr = std::mem::replace(&mut self.addrs[id as usize], 0);
                 if addr != 0 {
                     self.pool.free(addr);
@@ -448,6 +451,7 @@ fn replay_passthrough(
         match *op {
             Op::Alloc { id, size } => {
                 o.events += 1;
+                clock.program_ran();
                 let need = driver_size(size);
                 if reserved + need > capacity {
                     o.ooms += 1;
@@ -466,8 +470,9 @@ fn replay_passthrough(
             }
             Op::Free { id, size } => {
                 o.events += 1;
+                clock.program_ran();
                 if std::mem::replace(&mut held[id as usize], false) {
-                    clock.add(Call::Free, driver_size(size), 1);
+                    clock.free(driver_size(size));
                     reserved -= driver_size(size);
                     live -= size;
                     o.source_frees += 1;
@@ -480,6 +485,7 @@ fn replay_passthrough(
         }
     }
     o.driver_us = clock.us();
+    o.syncs = clock.waits();
     o
 }
 
@@ -493,11 +499,13 @@ fn replay_recorded(trace: &Trace, capacity: u64, mut timeline: Option<&mut Timel
         match *op {
             Op::Alloc { size, .. } => {
                 o.events += 1;
+                clock.program_ran();
                 live = live.saturating_add(size);
                 o.peak_live = o.peak_live.max(live);
             }
             Op::Free { size, .. } => {
                 o.events += 1;
+                clock.program_ran();
                 live = live.saturating_sub(size);
             }
             Op::SegAlloc { size } => {
@@ -511,7 +519,7 @@ fn replay_recorded(trace: &Trace, capacity: u64, mut timeline: Option<&mut Timel
             }
             Op::SegFree { size } => {
                 reserved = reserved.saturating_sub(size);
-                clock.add(Call::Free, size, 1);
+                clock.free(size);
                 o.source_frees += 1;
             }
         }
@@ -520,6 +528,7 @@ fn replay_recorded(trace: &Trace, capacity: u64, mut timeline: Option<&mut Timel
         }
     }
     o.driver_us = clock.us();
+    o.syncs = clock.waits();
     o
 }
 

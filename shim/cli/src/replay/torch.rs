@@ -35,7 +35,7 @@ pub fn replay(
         peak_reserved: a.peak_reserved,
         source_allocs: a.device_allocs,
         source_frees: a.device_frees,
-        syncs: a.syncs,
+        syncs: a.syncs + a.clock.waits(),
         driver_us: a.clock.us(),
         elapsed: Duration::ZERO,
         ..run.outcome
@@ -68,6 +68,7 @@ impl Run for TorchRun {
         match *op {
             Op::Alloc { id, size } => {
                 o.events += 1;
+                self.allocator.clock.program_ran();
                 match self.allocator.malloc(size, trace.stream(id)) {
                     Some(b) => {
                         self.held[id as usize] = b;
@@ -83,6 +84,7 @@ impl Run for TorchRun {
             }
             Op::Free { id, size } => {
                 o.events += 1;
+                self.allocator.clock.program_ran();
                 let b = std::mem::replace(&mut self.held[id as usize], NIL);
                 if b != NIL {
                     self.allocator.free(b);

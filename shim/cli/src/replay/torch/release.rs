@@ -5,7 +5,6 @@
 //! (`garbage_collection_threshold`, which acts only under a memory fraction below 1).
 
 use super::model::{Allocator, LARGE, NIL, SMALL};
-use crate::replay::cost::Call;
 
 impl Allocator {
     /// `release_available_cached_blocks`: frees the smallest oversize block of the stream that
@@ -50,6 +49,7 @@ impl Allocator {
     /// segments are unmapped, and a segment left with nothing mapped is released.
     pub(super) fn release_cached_blocks(&mut self) {
         self.syncs += 1;
+        self.clock.synchronized();
         for pool in [LARGE, SMALL] {
             let cached: Vec<u32> = self.pools[pool].blocks.iter().map(|e| e.3).collect();
             let mut to_unmap = Vec::new();
@@ -77,7 +77,7 @@ impl Allocator {
         self.remove_free(b);
         self.reserved -= size;
         self.device_frees += 1;
-        self.clock.add(Call::Free, size, 1);
+        self.clock.free(size);
         self.drop_block(b);
     }
 
