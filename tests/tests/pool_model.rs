@@ -1676,6 +1676,37 @@ fn a_far_block_of_plain_memory_serves_where_growing_would_set_a_new_peak() {
     pool.free(r);
 }
 
+/// A trim before growth that must give back a plain segment gives back every idle one: the
+/// runtime's free waits for all the work the program queued, so the frees right after it cost
+/// no more waiting, and each one left for a later growth would wait again.
+#[test]
+fn a_trim_for_growth_gives_back_every_idle_plain_segment_at_once() {
+    const MIB: u64 = 1 << 20;
+    let pool = plain_pool(4 << 30);
+    let blocks: Vec<u64> = [100, 60, 40].iter().map(|&m| pool.alloc(m * MIB).unwrap()).collect();
+    for b in blocks {
+        pool.free(b);
+    }
+    // Nothing idle holds 150 MiB, and growing it past 200 MiB would set a new peak: 100 and 60
+    // MiB must go; 40 MiB goes with them.
+    let d = pool.alloc(150 * MIB).unwrap();
+    let s = pool.stats();
+    assert_eq!(
+        (s.reserved, s.source_allocs, s.source_frees),
+        (150 * MIB, 4, 3),
+        "every idle segment went back in the trim that had to free one"
+    );
+    pool.check_invariants().unwrap();
+    // A hold the program asks for is kept to the byte.
+    let e = pool.alloc(30 * MIB).unwrap();
+    let f = pool.alloc(20 * MIB).unwrap();
+    pool.free(e);
+    pool.free(f);
+    pool.trim_to(170 * MIB);
+    assert_eq!(pool.stats().reserved, 170 * MIB, "only the 30 MiB went");
+    pool.free(d);
+}
+
 /// A pool with plain segments gives back a large idle segment rather than serve a request of
 /// less than 2/3 of it, and makes one of the request's size: nothing is then left to pin the
 /// rest when the run comes back to its peak (seg_infer_long's drift).

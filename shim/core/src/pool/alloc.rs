@@ -5,6 +5,7 @@
 use std::sync::MutexGuard;
 
 use super::state::{Backing, Fit, Kind, State};
+use super::trim::Plain;
 use super::{
     is_medium, round_up, timed, AllocError, Pool, GRANULE, MEDIUM_DIVISIONS, MEDIUM_REQUEST,
     MEDIUM_SEGMENT, MEDIUM_WASTE, SEGMENT, WARMUP_SEGMENT,
@@ -166,7 +167,7 @@ impl<S: DeviceSource> Pool<S> {
             attempt += 1;
             st.stats.retries += 1;
             st = self.synchronize_and_release(st);
-            self.trim_locked(&mut st, 0, None);
+            self.trim_locked(&mut st, 0, None, Plain::AllAtOnce);
             drop(st);
             std::thread::sleep(self.options.backoff * attempt);
             st = self.lock();

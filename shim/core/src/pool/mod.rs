@@ -47,6 +47,7 @@ use crate::stats::Stats;
 
 use block::BlockState;
 use state::State;
+use trim::Plain;
 
 pub use layout::{Layout, Unit};
 
@@ -345,7 +346,7 @@ impl<S: DeviceSource> Pool<S> {
         let mut st = self.lock();
         st.stats.cap = cap;
         let keep = cap.saturating_sub(st.stats.external);
-        self.trim_locked(&mut st, keep, None);
+        self.trim_locked(&mut st, keep, None, Plain::AsNeeded);
         self.mirror(&st);
     }
 
@@ -359,7 +360,7 @@ impl<S: DeviceSource> Pool<S> {
         let over = (st.stats.reserved + st.stats.external + bytes).saturating_sub(st.stats.cap);
         if over > 0 {
             let keep = st.stats.reserved.saturating_sub(over);
-            self.trim_locked(&mut st, keep, None);
+            self.trim_locked(&mut st, keep, None, Plain::AsNeeded);
         }
         st.stats.external += bytes;
         self.mirror(&st);

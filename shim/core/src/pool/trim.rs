@@ -13,13 +13,22 @@ enum Idle {
     Mapping(u32),
 }
 
+/// How many idle plain segments a trim gives back (see [`Pool::trim_locked`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Plain {
+    /// Only as many as bring reserved to what is kept: a hold the program asked for.
+    AsNeeded,
+    /// All of them once one goes: trims the pool makes on its own.
+    AllAtOnce,
+}
+
 impl<S: DeviceSource> Pool<S> {
     /// Returns whole free segments to the device, oldest first, until at most
     /// `min_bytes_to_hold` stay reserved. Returns the bytes released.
     pub fn trim_to(&self, min_bytes_to_hold: u64) -> u64 {
         let st = self.lock();
         let mut st = self.synchronize_and_release(st);
-        let released = self.trim_locked(&mut st, min_bytes_to_hold, None);
+        let released = self.trim_locked(&mut st, min_bytes_to_hold, None, Plain::AsNeeded);
         if min_bytes_to_hold == 0 {
             self.release_address_space(&mut st);
         }
@@ -33,7 +42,7 @@ impl<S: DeviceSource> Pool<S> {
         let threshold = (self.options.trim_threshold * st.stats.cap as f64) as u64;
         if emptied && st.stats.reserved + st.stats.external > threshold {
             let keep = threshold.saturating_sub(st.stats.external);
-            self.trim_locked(st, keep, None);
+            self.trim_locked(st, keep, None, Plain::AllAtOnce);
         }
     }
 
@@ -50,27 +59,36 @@ impl<S: DeviceSource> Pool<S> {
         let limit = self.growth_limit(st, need);
         if st.stats.reserved + st.stats.external + grow > limit {
             let keep = limit.saturating_sub(st.stats.external + grow);
-            self.trim_locked(st, keep, keep_range);
+            self.trim_locked(st, keep, keep_range, Plain::AllAtOnce);
         }
     }
 
     /// Gives device memory back, oldest first, until at most `keep` bytes stay reserved: wholly
     /// free segments and mappings that no block touches, except what lies under `keep_range`.
     /// Returns the bytes released. Removes no block of a virtual segment.
+    ///
+    /// `Plain::AllAtOnce`: once a plain segment goes, every idle one goes with it. The runtime's
+    /// free waits for all the work the program queued, a synchronize in all but name; the frees
+    /// right after it find the device idle. Freed one per growth instead, each waited for the
+    /// work queued since the last (vit_multires on one H200: 1.73 times PyTorch's step time).
     pub(super) fn trim_locked(
         &self,
         st: &mut State,
         keep: u64,
         keep_range: Option<(u64, u64)>,
+        plain: Plain,
     ) -> u64 {
         let mut released = 0;
         if st.stats.reserved <= keep {
             return released;
         }
+        let mut waited = false;
         for what in idle_memory(st, keep_range) {
-            if st.stats.reserved <= keep {
+            let segment = matches!(what, Idle::Segment(_));
+            if st.stats.reserved <= keep && !(waited && segment && plain == Plain::AllAtOnce) {
                 break;
             }
+            waited |= segment;
             // If the device refuses memory back, it is no longer ours to hand out either.
             let size = match what {
                 Idle::Segment(seg) => {
