@@ -1683,7 +1683,10 @@ fn a_far_block_of_plain_memory_serves_where_growing_would_set_a_new_peak() {
 fn a_trim_for_growth_gives_back_every_idle_plain_segment_at_once() {
     const MIB: u64 = 1 << 20;
     let pool = plain_pool(4 << 30);
-    let blocks: Vec<u64> = [100, 60, 40].iter().map(|&m| pool.alloc(m * MIB).unwrap()).collect();
+    let blocks: Vec<u64> = [100, 60, 40]
+        .iter()
+        .map(|&m| pool.alloc(m * MIB).unwrap())
+        .collect();
     for b in blocks {
         pool.free(b);
     }
