@@ -92,8 +92,8 @@ impl Pages {
 
     /// Counts a block on `[addr, addr + size)` (all mapped).
     pub(crate) fn pin(&mut self, mappings: &mut Mappings, addr: u64, size: u64) {
-        for p in self.range(addr, size) {
-            let page = &mut self.pages[p];
+        let range = self.range(addr, size);
+        for page in &mut self.pages[range] {
             if page.uses == 0 {
                 let m = mappings.get_mut(page.mapping);
                 m.busy = (m.busy & COUNT) + 1;
@@ -104,8 +104,8 @@ impl Pages {
 
     /// Takes back what [`Pages::pin`] counted.
     pub(crate) fn unpin(&mut self, mappings: &mut Mappings, addr: u64, size: u64) {
-        for p in self.range(addr, size) {
-            let page = &mut self.pages[p];
+        let range = self.range(addr, size);
+        for page in &mut self.pages[range] {
             page.uses -= 1;
             if page.uses == 0 {
                 mappings.get_mut(page.mapping).busy -= 1;
