@@ -70,7 +70,8 @@ impl<S: DeviceSource> Pool<S> {
     /// `Plain::AllAtOnce`: once a plain segment goes, every idle one goes with it. The runtime's
     /// free waits for all the work the program queued, a synchronize in all but name; the frees
     /// right after it find the device idle. Freed one per growth instead, each waited for the
-    /// work queued since the last (vit_multires on one H200: 1.73 times PyTorch's step time).
+    /// work queued since the last (seg_infer_long on one H200: 1.26 times PyTorch's step time,
+    /// 1.03 with them freed at once; docs/benchmarks.md, session 25).
     pub(super) fn trim_locked(
         &self,
         st: &mut State,
