@@ -156,7 +156,7 @@ impl<S: DeviceSource> Pool<S> {
             }
             if kind == Kind::Small {
                 // The small pool could not grow; free room in a large segment serves.
-                if let Some(addr) = self.small_in_large(&mut st, rounded, size, Fit::Any) {
+                if let Some(addr) = self.small_in_large(&mut st, rounded, size) {
                     return (st, Ok(addr));
                 }
             }
@@ -227,14 +227,10 @@ impl<S: DeviceSource> Pool<S> {
             },
             None if quarantine_helps => return Step::Synchronize,
             None => {
-                // A new small segment that would set a new peak takes free room in a large one
-                // instead, if one has it near its size (an idle one goes back first: a small
-                // block would keep it whole).
-                if kind == Kind::Small && self.growth_sets_peak_after_trim(st, SEGMENT) {
-                    if let Some(addr) = self.small_in_large(st, rounded, size, Fit::Near) {
-                        return Step::Served(addr);
-                    }
-                }
+                // A small request grows a small segment even where that sets a new peak: free
+                // room in a large segment would serve it for now, but a long-lived small block
+                // there keeps the whole segment once the rest is freed (unet_infer's 64 KiB
+                // weight at the end of an 18 MiB segment; docs/benchmarks.md, session 25).
                 match self.grow(st, rounded) {
                     Ok(block) => {
                         let at = st.blocks[block as usize].addr;
@@ -277,11 +273,17 @@ impl<S: DeviceSource> Pool<S> {
         st.take(block, rounded, requested, self.options.oversize())
     }
 
-    /// A small request served from free room in a large segment that fits it as `fit` asks, if
-    /// one has it.
-    fn small_in_large(&self, st: &mut State, rounded: u64, size: u64, fit: Fit) -> Option<u64> {
+    /// A small request served from free room in a large segment, if one has it: where the small
+    /// pool cannot grow.
+    fn small_in_large(&self, st: &mut State, rounded: u64, size: u64) -> Option<u64> {
         let oversize = self.options.oversize();
-        let block = st.find(Kind::Large, rounded, oversize, fit, st.backing_allowed())?;
+        let block = st.find(
+            Kind::Large,
+            rounded,
+            oversize,
+            Fit::Any,
+            st.backing_allowed(),
+        )?;
         let at = st.blocks[block as usize].addr;
         let called = self.back(st, block, at, rounded, true).ok()?;
         st.stats.pool_hits += u64::from(!called);
