@@ -1624,8 +1624,14 @@ fn a_refused_move_gives_the_kept_pieces_back() {
 
 /// A pool of plain segments whose device holds `device` bytes.
 fn plain_pool(device: u64) -> Pool<CountingSource> {
+    plain_pool_with(device, |_| {})
+}
+
+/// The same with some options changed.
+fn plain_pool_with(device: u64, change: impl FnOnce(&mut PoolOptions)) -> Pool<CountingSource> {
     let mut o = options_with(None, false);
     o.cap = device;
+    change(&mut o);
     Pool::new(CountingSource::new(device), o)
 }
 
@@ -1683,10 +1689,7 @@ fn a_far_block_of_plain_memory_serves_where_growing_would_set_a_new_peak() {
 #[test]
 fn a_small_plain_request_never_pins_a_large_segment() {
     const MIB: u64 = 1 << 20;
-    let mut o = options_with(None, false);
-    o.cap = 4 << 30;
-    o.peak_slack = 0.0;
-    let pool = Pool::new(CountingSource::new(4 << 30), o);
+    let pool = plain_pool_with(4 << 30, |o| o.peak_slack = 0.0);
     let x = pool.alloc(999 * MIB + MIB / 2).unwrap();
     pool.free(x);
     // 998.5 MiB tiles the idle 1,000 MiB segment; 1.5 MiB is left free at its end.
@@ -1768,10 +1771,7 @@ fn a_plain_pool_makes_a_segment_that_fits_rather_than_split_a_far_larger_one() {
 #[test]
 fn far_below_its_peak_a_plain_block_a_little_larger_serves() {
     const MIB: u64 = 1 << 20;
-    let mut o = options_with(None, false);
-    o.cap = 4 << 30;
-    o.warmup = 256 * MIB;
-    let pool = Pool::new(CountingSource::new(4 << 30), o);
+    let pool = plain_pool_with(4 << 30, |o| o.warmup = 256 * MIB);
     // Within the warm-up any block serves: `a` and 156 MiB free share its 256 MiB segment.
     let a = pool.alloc(100 * MIB).unwrap();
     let big = pool.alloc(1000 * MIB).unwrap();
