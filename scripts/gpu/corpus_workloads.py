@@ -5,9 +5,10 @@ the TUNE traces added later (each says so; corpus.tsv is what decides a half). T
 language and sequence models here, their inference and serving in corpus_serving.py, vision and
 staged pipelines in corpus_vision.py, generation by beam search and diffusion sampling
 (TUNE traces written in session 23) in corpus_generation.py. Same contract as workloads.py:
-`build_<name>(device, seed=0)` returns a function that runs one step; seeds are fixed, so every process of one workload runs
-the same sequence of shapes. Models are built from configs with random weights (nothing is
-downloaded). `CORPUS` maps each name to its builder and the number of steps a trace records.
+`build_<name>(device, seed=0)` returns a function that runs one step; seeds are fixed, so every
+process of one workload runs the same sequence of shapes. Models are built from configs with
+random weights (nothing is downloaded). `CORPUS` maps each name to its builder and the number of
+steps a trace records.
 """
 
 import os

@@ -55,8 +55,9 @@ pub(super) enum Fit {
     /// Any block that holds it, except that a free block of a plain segment larger than
     /// [`MEDIUM_SEGMENT`] serves only a request it is at most [`NEAR_SHARE`] times (or a block
     /// of a page): a short-lived request placed far inside one would keep the rest of it from
-    /// going back when a later request needs more. And a plain segment no block uses serves a request past the small
-    /// pool only if a whole number of such requests tile it (see [`IDLE_TILE`]).
+    /// going back when a later request needs more. And a plain segment no block uses serves a
+    /// request past the small pool only if a whole number of such requests tile it (see
+    /// [`IDLE_TILE`]).
     Near,
     /// Only one that wastes at most an eighth of a large request (while a synchronize could
     /// make a better one reusable).
