@@ -1710,6 +1710,38 @@ fn a_small_plain_request_never_pins_a_large_segment() {
     pool.free(z);
 }
 
+/// Room in a plain segment that a block still uses serves before an idle segment that fits
+/// better: the idle one can then go back whole, while a block placed in it would keep it.
+#[test]
+fn a_plain_request_fills_a_segment_in_use_before_an_idle_one() {
+    const MIB: u64 = 1 << 20;
+    let pool = plain_pool(4 << 30);
+    // Five 2.25 MiB blocks share one 12 MiB medium segment; a 4 MiB one has a segment of its
+    // own, idle once freed.
+    let b: Vec<u64> = (0..5).map(|_| pool.alloc(9 * MIB / 4).unwrap()).collect();
+    let c = pool.alloc(4 * MIB).unwrap();
+    pool.free(c);
+    // A 4.5 MiB hole in the segment in use; the idle 4 MiB segment fits 4 MiB exactly.
+    pool.free(b[1]);
+    pool.free(b[2]);
+    assert_eq!(pool.stats().source_allocs, 2);
+    let d = pool.alloc(4 * MIB).unwrap();
+    assert!(
+        d != c && (b[1]..b[3]).contains(&d),
+        "4 MiB went to {d:#x}, not into the hole at {:#x}",
+        b[1]
+    );
+    // The idle segment is the one a trim gives back.
+    pool.trim_to(0);
+    let s = pool.stats();
+    assert_eq!((s.reserved, s.source_frees), (12 * MIB, 1));
+    pool.check_invariants().unwrap();
+    for x in [b[0], b[3], b[4], d] {
+        pool.free(x);
+    }
+    pool.check_invariants().unwrap();
+}
+
 /// A trim before growth that must give back a plain segment gives back every idle one: the
 /// runtime's free waits for all the work the program queued, so the frees right after it cost
 /// no more waiting, and each one left for a later growth would wait again.

@@ -11,6 +11,9 @@ use super::NIL;
 
 const SL_BITS: u32 = 4;
 const SL: usize = 1 << SL_BITS;
+/// Blocks of one class a search looks at, at most: the lists are in no order, and a long
+/// one (many small slivers of one size) must not make a request slow.
+const SCAN: usize = 8;
 /// Enough first-level classes for 2^48 bytes in 256-byte granules.
 const FL: usize = 41;
 // A block keeps its class in a `u16` (checked when compiling; older clippy takes a constant
@@ -161,7 +164,7 @@ impl FreeIndex {
         let mut best = NIL;
         let mut i = self.heads[own];
         let mut scanned = 0;
-        while i != NIL && scanned < 8 {
+        while i != NIL && scanned < SCAN {
             let b = &blocks[i as usize];
             if b.size >= size && accept(b) && (best == NIL || b.size < blocks[best as usize].size) {
                 best = i;
@@ -181,6 +184,46 @@ impl FreeIndex {
             let head = self.heads[found];
             if accept(&blocks[head as usize]) {
                 return Some(head);
+            }
+            class = found + 1;
+        }
+        None
+    }
+
+    /// A free block of at least `size` bytes for which `accept` holds: the smallest among the
+    /// first [`SCAN`] blocks of the lowest class, from the request's own up, that has one; equal
+    /// sizes decided by `before` (whether the first goes before the second). Slower than
+    /// [`FreeIndex::find`], which looks only at the head of each class above its own: for plain
+    /// segments, where placement outweighs a few more reads.
+    pub(crate) fn best(
+        &self,
+        blocks: &[Block],
+        size: u64,
+        accept: impl Fn(&Block) -> bool,
+        before: impl Fn(&Block, &Block) -> bool,
+    ) -> Option<u32> {
+        let mut class = class_of(size >> 8);
+        while class < FL * SL {
+            let found = self.first_at_or_above(class)?;
+            let mut best = NIL;
+            let mut i = self.heads[found];
+            let mut left = SCAN;
+            while i != NIL && left > 0 {
+                left -= 1;
+                let b = &blocks[i as usize];
+                if b.size >= size && accept(b) {
+                    let better = best == NIL || {
+                        let o = &blocks[best as usize];
+                        b.size < o.size || (b.size == o.size && before(b, o))
+                    };
+                    if better {
+                        best = i;
+                    }
+                }
+                i = b.link_next;
+            }
+            if best != NIL {
+                return Some(best);
             }
             class = found + 1;
         }

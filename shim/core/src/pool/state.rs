@@ -229,7 +229,8 @@ impl State {
     /// whose free blocks are address space). A small request is not placed at the start of an
     /// idle piece of several pages, which it would keep mapped for itself alone, while another
     /// block serves: among mapped blocks it then finds none, so the request takes a page of its
-    /// own; with any backing it takes such a piece only when nothing else fits.
+    /// own; with any backing it takes such a piece only when nothing else fits. With plain
+    /// segments, see [`State::plain_best`].
     pub(super) fn find(
         &self,
         kind: Kind,
@@ -242,21 +243,41 @@ impl State {
             Fit::Close if rounded > SMALL_REQUEST => rounded / 8,
             _ => u64::MAX,
         };
-        let pick = |spare_idle: bool| {
-            self.index[kind.slot()].find(&self.blocks, rounded, |b: &Block| {
-                let splits = b.size < oversize || self.pages(b.seg).is_some();
-                (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
-                    && (fit != Fit::Near || self.near(b, rounded))
-                    && b.size - rounded <= slack
-                    && (backing == Backing::Any || self.backs(b, rounded))
-                    && !(spare_idle && self.starts_in_idle_run(b))
-            })
+        let accept = |b: &Block, spare_idle: bool| {
+            let splits = b.size < oversize || self.pages(b.seg).is_some();
+            (splits || (rounded >= oversize && b.size - rounded <= OVERSIZE_SLACK))
+                && (fit != Fit::Near || self.near(b, rounded))
+                && b.size - rounded <= slack
+                && (backing == Backing::Any || self.backs(b, rounded))
+                && !(spare_idle && self.starts_in_idle_run(b))
         };
-        let spare_idle = self.virtual_memory && rounded <= SMALL_REQUEST;
+        if !self.virtual_memory {
+            return self.plain_best(kind, rounded, |b| accept(b, false));
+        }
+        let pick = |spare_idle: bool| {
+            self.index[kind.slot()].find(&self.blocks, rounded, |b| accept(b, spare_idle))
+        };
+        let spare_idle = rounded <= SMALL_REQUEST;
         match pick(spare_idle) {
             None if spare_idle && backing == Backing::Any => pick(false),
             found => found,
         }
+    }
+
+    /// The best fit among the free blocks `accept` takes: in a segment some block uses if one
+    /// serves, else in any (an idle one). An idle plain segment goes back whole at the next
+    /// trim, one in use cannot, so room in use is filled first, as slab allocators fill their
+    /// fullest slabs (TUNE's max 1.112 -> 1.093, docs/benchmarks.md, session 26). Equal sizes:
+    /// the newest segment's, the last in it.
+    fn plain_best(&self, kind: Kind, rounded: u64, accept: impl Fn(&Block) -> bool) -> Option<u32> {
+        let segment = |b: &Block| self.segments[b.seg as usize].as_ref();
+        let birth = |b: &Block| segment(b).map_or(0, |s| s.birth);
+        let before = |a: &Block, b: &Block| (birth(a), a.addr) > (birth(b), b.addr);
+        let in_use = |b: &Block| segment(b).map_or(true, |s| s.size != b.size);
+        let index = &self.index[kind.slot()];
+        index
+            .best(&self.blocks, rounded, |b| accept(b) && in_use(b), before)
+            .or_else(|| index.best(&self.blocks, rounded, &accept, before))
     }
 
     /// Whether free block `b` may serve `rounded` bytes under [`Fit::Near`].
