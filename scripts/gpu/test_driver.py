@@ -325,6 +325,17 @@ class InProcess(FakeRuns):
         pairs[0]["paused"]["misplaced_segments"] = 1
         self.assertEqual(inprocess.summarize({"workload": "gpt2", "steps_per_block": 8, "pairs": pairs})["status"], "FAIL")
 
+    def test_the_pool_goes_first_in_half_the_pairs_never_twice_running(self):
+        """A drift within a pair must fall on each side equally often: every order puts each
+        block first once, and any even run of pairs splits evenly."""
+        orders = [inprocess.block_order(n) for n in range(40)]
+        self.assertTrue(all(sorted(o) == [False, True] for o in orders))
+        self.assertEqual(orders[0], [False, True], "the burn-in (pair 0) runs the pool first")
+        for n in range(len(orders) - 1):
+            self.assertNotEqual(orders[n], orders[n + 1])
+        for start in range(len(orders) - 10):
+            self.assertEqual(sum(o[0] is False for o in orders[start:start + 10]), 5)
+
     def test_against_pytorchs_cache_the_target_is_two_percent_and_pytorch_holds_nothing(self):
         """--versus-cache: the pool's blocks ran with PyTorch's cache off, so PyTorch's reserved
         bytes there are none (not a placement failure), and the target is issue 24's +2%."""
