@@ -121,6 +121,15 @@ def read_tune_confs(path):
     return out
 
 
+def memory_deadline(budget, pair_s, at_own_peak):
+    """Seconds the memory runs may take (no run starts in the last 45 of them): the budget less
+    the step-time pairs' `pair_s` (about 20 s a process) and, where a later phase needs it, 30 s
+    for its start; at least 120. With nothing after them the runs have the whole budget: a
+    budget of 150 once stopped starting them at 75 s and left two unrun (session 26)."""
+    later = pair_s > 0 or at_own_peak
+    return max(120.0, budget - pair_s - (30 if later else 0))
+
+
 def memory(args, runnable, confs, deadline, logs):
     """The shim run of every workload and the --tune-confs runs, side by side."""
     tasks = [(f"shim.{w}", argv(w), shim_env(args.lib), ("shim", w, None)) for w in runnable]
@@ -329,10 +338,8 @@ def main():
             runnable.append(WORKLOAD_OF.get(trace, trace))
     confs = read_tune_confs(args.tune_confs) if args.tune_confs else []
     logs = args.logs
-    # Memory first, side by side; what is left of the budget goes to the step-time pairs,
-    # about 20 s a process.
     pair_s = 20 * 2 * args.pairs * len(args.pair_workloads.split(","))
-    done = memory(args, runnable, confs, max(120.0, args.budget - pair_s - 30), logs)
+    done = memory(args, runnable, confs, memory_deadline(args.budget, pair_s, args.at_own_peak), logs)
     out = dict(memory={}, halves={}, tune=[], step_time={}, at_own_peak={})
     ok = report_memory(done, halves, pytorch_figures(), out)
     report_tune(done, out)

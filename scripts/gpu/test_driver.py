@@ -631,6 +631,12 @@ class CorpusStepTime(unittest.TestCase):
         self.assertAlmostEqual(out["step_time"]["w"]["median"], 1.02, places=9)
         self.assertIn("after the first 3,", printed.getvalue())
 
+    def test_memory_runs_keep_the_budget_nothing_later_needs(self):
+        self.assertEqual(corpus_check.memory_deadline(150, 0, False), 150)
+        self.assertEqual(corpus_check.memory_deadline(510, 160, False), 320, "pairs: 30 s for them to start")
+        self.assertEqual(corpus_check.memory_deadline(300, 0, True), 270)
+        self.assertEqual(corpus_check.memory_deadline(60, 0, False), 120, "at least 120 s")
+
     def test_every_workload_gets_its_first_pair_before_any_its_second(self):
         # A budget that ends after three pairs' processes must have timed all three workloads.
         order = corpus_check.pair_order(["a", "b", "c"], 2)
