@@ -21,6 +21,37 @@ const FL: usize = 41;
 #[allow(clippy::assertions_on_constants)]
 const _: () = assert!(FL * SL <= 1 << 16);
 
+/// The smallest of the first [`SCAN`] blocks of the list from `head` that hold `size` bytes and
+/// that `accept` takes, equal sizes decided by `before` (whether the first goes before the
+/// second); `NIL` if none.
+#[inline(always)]
+fn smallest_in(
+    blocks: &[Block],
+    head: u32,
+    size: u64,
+    accept: impl Fn(&Block) -> bool,
+    before: impl Fn(&Block, &Block) -> bool,
+) -> u32 {
+    let mut best = NIL;
+    let mut i = head;
+    for _ in 0..SCAN {
+        if i == NIL {
+            break;
+        }
+        let b = &blocks[i as usize];
+        if b.size >= size && accept(b) {
+            let o = (best != NIL).then(|| &blocks[best as usize]);
+            if o.map_or(true, |o| {
+                b.size < o.size || (b.size == o.size && before(b, o))
+            }) {
+                best = i;
+            }
+        }
+        i = b.link_next;
+    }
+    best
+}
+
 /// Class that a free block of `granules` belongs to (rounding down).
 #[inline]
 fn class_of(granules: u64) -> usize {
@@ -161,17 +192,7 @@ impl FreeIndex {
     ) -> Option<u32> {
         let granules = size >> 8;
         let own = class_of(granules);
-        let mut best = NIL;
-        let mut i = self.heads[own];
-        let mut scanned = 0;
-        while i != NIL && scanned < SCAN {
-            let b = &blocks[i as usize];
-            if b.size >= size && accept(b) && (best == NIL || b.size < blocks[best as usize].size) {
-                best = i;
-            }
-            i = b.link_next;
-            scanned += 1;
-        }
+        let best = smallest_in(blocks, self.heads[own], size, &accept, |_, _| false);
         if best != NIL {
             return Some(best);
         }
@@ -205,23 +226,7 @@ impl FreeIndex {
         let mut class = class_of(size >> 8);
         while class < FL * SL {
             let found = self.first_at_or_above(class)?;
-            let mut best = NIL;
-            let mut i = self.heads[found];
-            let mut left = SCAN;
-            while i != NIL && left > 0 {
-                left -= 1;
-                let b = &blocks[i as usize];
-                if b.size >= size && accept(b) {
-                    let better = best == NIL || {
-                        let o = &blocks[best as usize];
-                        b.size < o.size || (b.size == o.size && before(b, o))
-                    };
-                    if better {
-                        best = i;
-                    }
-                }
-                i = b.link_next;
-            }
+            let best = smallest_in(blocks, self.heads[found], size, &accept, &before);
             if best != NIL {
                 return Some(best);
             }
