@@ -95,13 +95,20 @@ RC=0
 TMP=$(mktemp -d)
 
 # w [VAR=value ...] PROGRAM ARGS...: runs a Windows program under wine from $W.
+# A run that printed nothing at all, not even wine's own messages, runs once more: wine's start
+# up has failed that way (empty stdout and stderr, session 26), which says nothing of ours. A
+# program that truly prints nothing prints nothing twice and is judged on that.
 w() {
-    local vars=()
+    local vars=() try
     while [ $# -gt 0 ] && [[ $1 == *=* ]]; do vars+=("$1"); shift; done
-    (cd "$W" && env ${vars[@]+"${vars[@]}"} timeout 120 "$WINE" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null)
-    RC=$?
-    OUT=$(tr -d '\r' <"$TMP/out")
-    ERR=$(tr -d '\r' <"$TMP/err")
+    for try in 1 2; do
+        (cd "$W" && env ${vars[@]+"${vars[@]}"} timeout 120 "$WINE" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null)
+        RC=$?
+        OUT=$(tr -d '\r' <"$TMP/out")
+        ERR=$(tr -d '\r' <"$TMP/err")
+        [ -n "$OUT$ERR" ] && break
+        [ $try = 1 ] && echo "windows-test: '$*' printed nothing (exit $RC); running it once more" >&2
+    done
 }
 # The value of `key value` line KEY of the last run's stdout.
 val() { awk -v k="$1" '$1 == k { print $2; exit }' <<<"$OUT"; }
