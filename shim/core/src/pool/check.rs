@@ -18,8 +18,8 @@ struct Recount {
     plain_reserved: u64,
     /// Free blocks per [`Kind::slot`].
     free_blocks: [usize; 2],
-    /// Pages naming each mapping, and those of them in use.
-    mapping_pages: Vec<(u32, u32)>,
+    /// Pages naming each mapping.
+    mapping_pages: Vec<u32>,
 }
 
 impl<S: DeviceSource> Pool<S> {

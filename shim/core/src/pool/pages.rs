@@ -4,7 +4,10 @@
 //! segment pins its own pages, not the segment: what PyTorch's `expandable_segments` builds on.
 //!
 //! Pure bookkeeping: which page is mapped by which run, and how many live or quarantined blocks
-//! touch it. The pool makes the device calls.
+//! touch it. Whether a run is idle is asked of its pages when a trim or a small request needs
+//! to know, not kept per run: a block's pages are counted on its page entries alone, so an
+//! 8 MiB pair pays for four counts, not for four runs' counts beside them (docs/benchmarks.md,
+//! session 27). The pool makes the device calls.
 
 use super::{NIL, SEGMENT};
 
@@ -14,6 +17,9 @@ pub(crate) struct Page {
     uses: u32,
     /// The mapping that backs it, or `NIL`.
     mapping: u32,
+    /// [`Mappings::begun`] when a block last stopped touching it: an idle page went idle
+    /// before every synchronize begun later.
+    idle_since: u64,
 }
 
 /// A virtual segment's pages.
@@ -30,19 +36,7 @@ pub(crate) struct Mapping {
     pub token: u64,
     /// The virtual segment it lies in.
     pub seg: u32,
-    /// Pages of the run that some block touches ([`COUNT`]; releasable at 0), and while there
-    /// are none, whether the device may still use it ([`PENDING`], [`SETTLED`]).
-    busy: u32,
 }
-
-/// An idle mapping's flag: idle when a synchronize of the pool's began.
-const PENDING: u32 = 1 << 31;
-/// An idle mapping's flag: idle since before a synchronize that completed, so the device no
-/// longer uses it and it may go back without another. The pin that makes it busy clears both
-/// flags in the same store as its count (no cost on the hot path).
-const SETTLED: u32 = 1 << 30;
-/// The count of busy pages in [`Mapping::busy`].
-const COUNT: u32 = SETTLED - 1;
 
 impl Pages {
     pub(crate) fn new(base: u64, size: u64) -> Pages {
@@ -52,6 +46,7 @@ impl Pages {
                 Page {
                     uses: 0,
                     mapping: NIL,
+                    idle_since: 0,
                 };
                 (size / SEGMENT) as usize
             ],
@@ -91,38 +86,46 @@ impl Pages {
     }
 
     /// Counts a block on `[addr, addr + size)` (all mapped).
-    pub(crate) fn pin(&mut self, mappings: &mut Mappings, addr: u64, size: u64) {
+    pub(crate) fn pin(&mut self, addr: u64, size: u64) {
         let range = self.range(addr, size);
         for page in &mut self.pages[range] {
-            if page.uses == 0 {
-                let m = mappings.get_mut(page.mapping);
-                m.busy = (m.busy & COUNT) + 1;
-            }
             page.uses += 1;
         }
     }
 
-    /// Takes back what [`Pages::pin`] counted.
-    pub(crate) fn unpin(&mut self, mappings: &mut Mappings, addr: u64, size: u64) {
+    /// Takes back what [`Pages::pin`] counted, `begun` synchronizes ([`Mappings::begun`])
+    /// into the pool's life.
+    pub(crate) fn unpin(&mut self, addr: u64, size: u64, begun: u64) {
         let range = self.range(addr, size);
         for page in &mut self.pages[range] {
             page.uses -= 1;
-            if page.uses == 0 {
-                mappings.get_mut(page.mapping).busy -= 1;
-            }
+            page.idle_since = begun;
         }
     }
 
+    /// Whether no block touches mapping `m`.
+    pub(crate) fn is_idle(&self, m: &Mapping) -> bool {
+        self.range(m.addr, m.size).all(|p| self.pages[p].uses == 0)
+    }
+
+    /// Whether mapping `m` is idle and was idle before a synchronize that completed
+    /// ([`Mappings::settled_below`]), so the device no longer uses it and it may go back
+    /// without another.
+    pub(crate) fn is_settled(&self, m: &Mapping, settled_below: u64) -> bool {
+        self.range(m.addr, m.size)
+            .all(|p| self.pages[p].uses == 0 && self.pages[p].idle_since < settled_below)
+    }
+
     /// Checks the pages against `blocks`, the `(addr, size)` of every live or quarantined
-    /// block in the segment: each block's pages mapped, each page's count of blocks right, each
-    /// mapped page named by a mapping that covers it. Adds to `counts`, by mapping, the pages
-    /// that name it and those of them some block touches. For
+    /// block in the segment: each block's pages mapped, each page's count of blocks right and
+    /// idle since no later than now, each mapped page named by a mapping that covers it. Adds
+    /// to `counts`, by mapping, the pages that name it. For
     /// [`super::Pool::check_invariants`].
     pub(crate) fn check(
         &self,
         blocks: &[(u64, u64)],
         mappings: &Mappings,
-        counts: &mut Vec<(u32, u32)>,
+        counts: &mut Vec<u32>,
     ) -> Result<(), String> {
         let mut uses = vec![0u32; self.pages.len()];
         for &(addr, size) in blocks {
@@ -136,13 +139,19 @@ impl Pages {
                 uses[p] += 1;
             }
         }
-        counts.resize(counts.len().max(mappings.runs.len()), (0, 0));
+        counts.resize(counts.len().max(mappings.runs.len()), 0);
         for (p, page) in self.pages.iter().enumerate() {
             let at = self.base + p as u64 * SEGMENT;
             if page.uses != uses[p] {
                 return Err(format!(
                     "page at {:#x} counts {} blocks, not {}",
                     at, page.uses, uses[p]
+                ));
+            }
+            if page.idle_since > mappings.begun {
+                return Err(format!(
+                    "page at {:#x} idle since synchronize {} of {}",
+                    at, page.idle_since, mappings.begun
                 ));
             }
             if page.mapping == NIL {
@@ -157,16 +166,16 @@ impl Pages {
                     ))
                 }
             }
-            let c = &mut counts[page.mapping as usize];
-            c.0 += 1;
-            c.1 += u32::from(page.uses > 0);
+            counts[page.mapping as usize] += 1;
         }
         Ok(())
     }
 
+    /// Names `mapping` as the pages' backing, new memory the device has never used.
     fn set(&mut self, addr: u64, size: u64, mapping: u32) {
         for p in self.range(addr, size) {
             self.pages[p].mapping = mapping;
+            self.pages[p].idle_since = 0;
         }
     }
 
@@ -181,17 +190,13 @@ impl Pages {
 pub(crate) struct Mappings {
     runs: Vec<Option<Mapping>>,
     vacant: Vec<u32>,
-    /// Whether a synchronize's flags are out ([`Mappings::begin_synchronize`]).
-    flagged: bool,
+    /// Synchronizes of the pool's begun; a page going idle notes the count.
+    begun: u64,
+    /// A page idle since a count below this went idle before a synchronize that completed.
+    settled_below: u64,
 }
 
 impl Mappings {
-    fn get_mut(&mut self, i: u32) -> &mut Mapping {
-        self.runs[i as usize]
-            .as_mut()
-            .expect("a mapped page names a live mapping")
-    }
-
     /// Records that `[addr, addr + size)` of virtual segment `seg` is now backed.
     pub(crate) fn add(&mut self, pages: &mut Pages, seg: u32, run: (u64, u64), token: u64) {
         let (addr, size) = run;
@@ -200,7 +205,6 @@ impl Mappings {
             size,
             token,
             seg,
-            busy: 0,
         };
         let i = match self.vacant.pop() {
             Some(i) => {
@@ -225,52 +229,29 @@ impl Mappings {
         m
     }
 
-    /// Mappings no block touches.
-    pub(crate) fn idle(&self) -> Vec<u32> {
-        self.runs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, m)| m.as_ref().map(|m| (i, m)))
-            .filter(|(_, m)| m.busy & COUNT == 0)
-            .map(|(i, _)| i as u32)
-            .collect()
+    /// Synchronizes begun so far: what [`Pages::unpin`] notes.
+    pub(crate) fn begun(&self) -> u64 {
+        self.begun
     }
 
-    /// Flags the idle mappings as a synchronize begins, unless another's flags are out (two
-    /// at once on two threads: the first to end would settle what went idle after it began).
-    /// Returns whether it flagged; then [`Mappings::end_synchronize`] settles those still idle
-    /// when it completes.
-    pub(crate) fn begin_synchronize(&mut self) -> bool {
-        if self.flagged {
-            return false;
-        }
-        self.flagged = true;
-        for m in self.runs.iter_mut().flatten() {
-            if m.busy & COUNT == 0 {
-                m.busy |= PENDING;
-            }
-        }
-        true
+    /// Notes a synchronize beginning; returns its ticket for [`Mappings::end_synchronize`].
+    pub(crate) fn begin_synchronize(&mut self) -> u64 {
+        self.begun += 1;
+        self.begun
     }
 
-    /// After a synchronize that flagged: what was idle throughout it is settled if it
-    /// `completed`.
-    pub(crate) fn end_synchronize(&mut self, completed: bool) {
-        self.flagged = false;
-        for m in self.runs.iter_mut().flatten() {
-            if m.busy & PENDING != 0 {
-                m.busy = if completed {
-                    SETTLED
-                } else {
-                    m.busy & !PENDING
-                };
-            }
+    /// After the synchronize with `ticket`: if it `completed`, every page idle since before it
+    /// began is settled. Two at once on two threads end in either order and settle only what
+    /// each began after.
+    pub(crate) fn end_synchronize(&mut self, ticket: u64, completed: bool) {
+        if completed {
+            self.settled_below = self.settled_below.max(ticket);
         }
     }
 
-    /// Whether idle mapping `i` may go back with no synchronize first.
-    pub(crate) fn is_settled(&self, i: u32) -> bool {
-        self.get(i).busy & SETTLED != 0
+    /// Below which a page's [`Page::idle_since`] is settled ([`Pages::is_settled`]).
+    pub(crate) fn settled_below(&self) -> u64 {
+        self.settled_below
     }
 
     /// Addresses in `(addr, addr + len]` of segment `seg` where a window of `rounded` bytes
@@ -293,29 +274,24 @@ impl Mappings {
         out
     }
 
-    /// Checks each mapping's pages and busy pages against `counts` (from [`Pages::check`] over
-    /// every virtual segment) and returns the bytes mapped.
-    pub(crate) fn check(&self, counts: &[(u32, u32)]) -> Result<u64, String> {
+    /// Checks each mapping's pages against `counts` (from [`Pages::check`] over every virtual
+    /// segment) and returns the bytes mapped.
+    pub(crate) fn check(&self, counts: &[u32]) -> Result<u64, String> {
+        if self.settled_below > self.begun {
+            return Err(format!(
+                "{} synchronizes begun, but those before {} settled",
+                self.begun, self.settled_below
+            ));
+        }
         let mut total = 0;
         for (i, m) in self.runs.iter().enumerate() {
             if let Some(m) = m {
-                let (pages, busy) = counts.get(i).copied().unwrap_or((0, 0));
+                let pages = counts.get(i).copied().unwrap_or(0);
                 if u64::from(pages) * SEGMENT != m.size {
                     return Err(format!(
                         "mapping at {:#x} of {} bytes backs {} pages",
                         m.addr, m.size, pages
                     ));
-                }
-                if m.busy & COUNT != busy {
-                    return Err(format!(
-                        "mapping at {:#x} counts {} busy pages, not {}",
-                        m.addr,
-                        m.busy & COUNT,
-                        busy
-                    ));
-                }
-                if busy > 0 && m.busy & !COUNT != 0 {
-                    return Err(format!("busy mapping at {:#x} flagged idle", m.addr));
                 }
                 total += m.size;
             }
@@ -331,13 +307,6 @@ impl Mappings {
         Ok(total)
     }
 
-    /// Whether mapping `i` is idle and larger than a page: a small block placed in it would
-    /// keep all of it mapped.
-    pub(crate) fn is_idle_run(&self, i: u32) -> bool {
-        let m = self.get(i);
-        m.busy & COUNT == 0 && m.size > SEGMENT
-    }
-
     pub(crate) fn is_empty(&self) -> bool {
         self.runs.iter().all(|m| m.is_none())
     }
@@ -345,6 +314,14 @@ impl Mappings {
     /// Every live mapping.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Mapping> {
         self.runs.iter().flatten()
+    }
+
+    /// Every live mapping with its number.
+    pub(crate) fn numbered(&self) -> impl Iterator<Item = (u32, &Mapping)> {
+        self.runs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.as_ref().map(|m| (i as u32, m)))
     }
 
     pub(crate) fn get(&self, i: u32) -> &Mapping {
@@ -372,16 +349,67 @@ mod tests {
             pages.unmapped(base + 5 * MIB, 2 * MIB),
             vec![(base + 6 * MIB, 2 * MIB)]
         );
-        pages.pin(&mut maps, base + MIB, 256);
-        pages.pin(&mut maps, base + MIB + 256, 4 * MIB);
-        assert!(maps.idle().is_empty());
-        pages.unpin(&mut maps, base + MIB, 256);
-        assert!(maps.idle().is_empty());
-        pages.unpin(&mut maps, base + MIB + 256, 4 * MIB);
-        let idle = maps.idle();
+        let idle = |pages: &Pages, maps: &Mappings| -> Vec<u32> {
+            let idle = maps.numbered().filter(|(_, m)| pages.is_idle(m));
+            idle.map(|(i, _)| i).collect()
+        };
+        pages.pin(base + MIB, 256);
+        pages.pin(base + MIB + 256, 4 * MIB);
+        assert!(idle(&pages, &maps).is_empty());
+        pages.unpin(base + MIB, 256, maps.begun());
+        assert!(idle(&pages, &maps).is_empty());
+        pages.unpin(base + MIB + 256, 4 * MIB, maps.begun());
+        let idle = idle(&pages, &maps);
         assert_eq!(idle.len(), 1);
         let m = maps.remove(&mut pages, idle[0]);
         assert_eq!((m.addr, m.size, m.token), (base, 6 * MIB, 42));
         assert!(pages.is_unmapped());
+    }
+
+    /// A mapping may go back with no synchronize of its own once every page of it was idle
+    /// before a synchronize that completed: not one a block left while it ran, not after one
+    /// that failed, and of two at once, only what the one that completed began after. Memory
+    /// mapped since and never touched, the device never used.
+    #[test]
+    fn a_mapping_is_settled_once_idle_through_a_synchronize_that_completed() {
+        let base = 0x7f00_0000_0000;
+        let mut pages = Pages::new(base, 16 * MIB);
+        let mut maps = Mappings::default();
+        maps.add(&mut pages, 0, (base, 4 * MIB), 1);
+        maps.add(&mut pages, 0, (base + 4 * MIB, 4 * MIB), 2);
+        let settled = |pages: &Pages, maps: &Mappings, i: u32| {
+            pages.is_settled(maps.get(i), maps.settled_below())
+        };
+        assert!(!settled(&pages, &maps, 0), "no synchronize yet");
+
+        pages.pin(base + 3 * MIB, 2 * MIB); // a block across both
+        let first = maps.begin_synchronize();
+        pages.unpin(base + 3 * MIB, 2 * MIB, maps.begun()); // freed while it runs
+        maps.end_synchronize(first, true);
+        assert!(!settled(&pages, &maps, 0) && !settled(&pages, &maps, 1));
+
+        let failed = maps.begin_synchronize();
+        maps.end_synchronize(failed, false);
+        assert!(!settled(&pages, &maps, 0), "a failed one settles nothing");
+
+        let early = maps.begin_synchronize();
+        pages.pin(base + 6 * MIB, MIB);
+        pages.unpin(base + 6 * MIB, MIB, maps.begun()); // between the two
+        let late = maps.begin_synchronize();
+        maps.end_synchronize(early, true);
+        assert!(settled(&pages, &maps, 0), "idle before the early one");
+        assert!(
+            !settled(&pages, &maps, 1),
+            "idle only after the early one began"
+        );
+        maps.end_synchronize(late, true);
+        assert!(settled(&pages, &maps, 1), "idle before the late one");
+
+        pages.pin(base + MIB, 256);
+        assert!(!settled(&pages, &maps, 0), "busy again");
+        pages.unpin(base + MIB, 256, maps.begun());
+        let old = maps.remove(&mut pages, 0);
+        maps.add(&mut pages, 0, (old.addr, old.size), 3);
+        assert!(settled(&pages, &maps, 0), "new memory, never touched");
     }
 }

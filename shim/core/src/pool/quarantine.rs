@@ -76,14 +76,12 @@ impl<S: DeviceSource> Pool<S> {
         let mut st = st;
         let mark = st.next_free_seq;
         st.stats.syncs += 1;
-        let flagged = st.mappings.begin_synchronize();
+        let ticket = st.mappings.begin_synchronize();
         drop(st);
         let mut waited = 0;
         let synced = timed(&mut waited, || self.source.synchronize()).is_ok();
         let mut st = self.lock();
-        if flagged {
-            st.mappings.end_synchronize(synced);
-        }
+        st.mappings.end_synchronize(ticket, synced);
         st.stats.sync_us += waited;
         if synced {
             st.synced_mark = st.synced_mark.max(mark);

@@ -303,7 +303,7 @@ impl State {
     fn starts_in_idle_run(&self, b: &Block) -> bool {
         self.pages(b.seg).map_or(false, |pages| {
             let m = pages.mapping_at(b.addr);
-            m != NIL && self.mappings.is_idle_run(m)
+            m != NIL && self.is_idle_run(m)
         })
     }
 }

@@ -125,7 +125,7 @@ impl<S: DeviceSource> Pool<S> {
     /// held as it is rare; not if `m` was idle before a synchronize that completed. False if
     /// that cannot be done now.
     fn settle_for_unmap(&self, st: &mut State, m: u32) -> bool {
-        if st.freed_in_order <= st.synced_mark || st.mappings.is_settled(m) {
+        if st.freed_in_order <= st.synced_mark || st.is_settled(m) {
             return true;
         }
         if !self.source.may_synchronize() {
@@ -133,11 +133,9 @@ impl<S: DeviceSource> Pool<S> {
         }
         let mark = st.next_free_seq;
         st.stats.syncs += 1;
-        let flagged = st.mappings.begin_synchronize();
+        let ticket = st.mappings.begin_synchronize();
         let synced = timed(&mut st.stats.sync_us, || self.source.synchronize()).is_ok();
-        if flagged {
-            st.mappings.end_synchronize(synced);
-        }
+        st.mappings.end_synchronize(ticket, synced);
         if synced {
             st.synced_mark = mark;
         }
@@ -188,8 +186,7 @@ fn idle_memory(st: &State, keep_range: Option<(u64, u64)>) -> Vec<Idle> {
         within(keep_range, m.addr, m.size)
     };
     idle.extend(
-        st.mappings
-            .idle()
+        st.idle_mappings()
             .into_iter()
             .filter(|&m| !overlaps(m))
             .map(|m| (u64::MAX - st.mappings.get(m).addr, Idle::Mapping(m))),

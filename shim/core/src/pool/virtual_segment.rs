@@ -67,27 +67,51 @@ impl State {
 
     /// Counts block `i` (live or quarantined) on its virtual segment's pages.
     pub(super) fn pin_pages(&mut self, i: u32) {
-        self.count_on_pages(i, Pages::pin);
+        self.count_on_pages(i, |pages, addr, size| pages.pin(addr, size));
     }
 
     /// Takes back what [`State::pin_pages`] counted.
     pub(super) fn unpin_pages(&mut self, i: u32) {
-        self.count_on_pages(i, Pages::unpin);
+        let begun = self.mappings.begun();
+        self.count_on_pages(i, |pages, addr, size| pages.unpin(addr, size, begun));
     }
 
-    fn count_on_pages(
-        &mut self,
-        i: u32,
-        count: fn(&mut Pages, &mut super::pages::Mappings, u64, u64),
-    ) {
+    #[inline(always)]
+    fn count_on_pages(&mut self, i: u32, count: impl FnOnce(&mut Pages, u64, u64)) {
         let b = &self.blocks[i as usize];
         let (addr, size) = (b.addr, b.size);
         if let Some(Some(Segment {
             pages: Some(pages), ..
         })) = self.segments.get_mut(b.seg as usize)
         {
-            count(pages, &mut self.mappings, addr, size);
+            count(pages, addr, size);
         }
+    }
+
+    /// Whether mapping `m` is idle and larger than a page: a small block placed in it would
+    /// keep all of it mapped.
+    pub(super) fn is_idle_run(&self, m: u32) -> bool {
+        let m = self.mappings.get(m);
+        m.size > SEGMENT && self.mapping_pages(m).is_idle(m)
+    }
+
+    /// Mappings no block touches.
+    pub(super) fn idle_mappings(&self) -> Vec<u32> {
+        let idle = self.mappings.numbered();
+        let idle = idle.filter(|(_, m)| self.mapping_pages(m).is_idle(m));
+        idle.map(|(i, _)| i).collect()
+    }
+
+    /// Whether idle mapping `m` may go back with no synchronize first.
+    pub(super) fn is_settled(&self, m: u32) -> bool {
+        let m = self.mappings.get(m);
+        let settled_below = self.mappings.settled_below();
+        self.mapping_pages(m).is_settled(m, settled_below)
+    }
+
+    fn mapping_pages(&self, m: &Mapping) -> &Pages {
+        self.pages(m.seg)
+            .expect("a mapping lies in a virtual segment")
     }
 
     /// Records device memory mapped at `run` of virtual segment `seg`.
@@ -124,7 +148,7 @@ impl State {
         let mut to = at;
         loop {
             let m = pages.mapping_at(to);
-            if m == NIL || !self.mappings.is_idle_run(m) {
+            if m == NIL || !self.is_idle_run(m) {
                 return to;
             }
             let end = self.mappings.get(m).addr + self.mappings.get(m).size;
