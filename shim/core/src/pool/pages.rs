@@ -241,8 +241,8 @@ impl Mappings {
     }
 
     /// After the synchronize with `ticket`: if it `completed`, every page idle since before it
-    /// began is settled. Two at once on two threads end in either order and settle only what
-    /// each began after.
+    /// began is settled. Two at once on two threads may end in either order: each settles only
+    /// what went idle before it began.
     pub(crate) fn end_synchronize(&mut self, ticket: u64, completed: bool) {
         if completed {
             self.settled_below = self.settled_below.max(ticket);
