@@ -1905,6 +1905,25 @@ fn a_medium_plain_segment_holds_the_fewest_requests_that_round_well() {
 }
 
 #[test]
+fn a_medium_size_that_never_rounds_well_gets_the_segment_that_wastes_least() {
+    // 5.5 MiB wastes a twelfth of 6, 12 or 18 MiB, more than 1/16 with any count up to 20 MiB:
+    // one a segment of 6 MiB, not three in 20 MiB with 3.5 MiB over.
+    let pool = plain_pool(4 << 30);
+    let a = pool.alloc(11 << 19).unwrap();
+    assert_eq!(pool.stats().reserved, 6 << 20);
+    let b = pool.alloc(11 << 19).unwrap();
+    assert_eq!(
+        pool.stats().reserved,
+        12 << 20,
+        "the second has a segment of its own"
+    );
+    assert_eq!(pool.stats().source_allocs, 2);
+    pool.check_invariants().unwrap();
+    pool.free(a);
+    pool.free(b);
+}
+
+#[test]
 fn a_medium_tensor_grown_each_step_reuses_the_hole_its_last_size_left() {
     // A key/value cache grown by `torch.cat` each token, 16 KiB at a time from 8 MiB: the new
     // size is asked for while the old is live, then the old is freed. Beside it, blocks of

@@ -21,17 +21,21 @@ enum Step {
 }
 
 /// A segment for the fewest medium requests of `rounded` bytes that waste at most
-/// 1 / [`MEDIUM_WASTE`] of it on rounding, and at most [`MEDIUM_SEGMENT`]: 8 MiB ones get 8 MiB
-/// each, 2.25 MiB ones 12 MiB for five, 9 MiB ones 18 MiB for two.
+/// 1 / [`MEDIUM_WASTE`] of it on rounding, within [`MEDIUM_SEGMENT`]: 8 MiB ones get 8 MiB
+/// each, 2.25 MiB ones 12 MiB for five, 9 MiB ones 18 MiB for two. Where no number of them does,
+/// the fewest that waste least: 5.5 MiB ones 6 MiB each (a twelfth), not 20 MiB for three with
+/// 3.5 MiB over.
 fn medium_segment(rounded: u64) -> u64 {
-    let mut k = 1;
-    loop {
-        let size = round_up(k * rounded, SEGMENT);
-        if (size - k * rounded) * MEDIUM_WASTE <= size || size >= MEDIUM_SEGMENT {
-            return size.min(MEDIUM_SEGMENT);
-        }
-        k += 1;
-    }
+    let counts = (1..)
+        .map(|k| (k * rounded, round_up(k * rounded, SEGMENT)))
+        .take_while(|&(_, size)| size <= MEDIUM_SEGMENT);
+    // Waste as a fraction, compared by cross-multiplying (sizes are at most 20 MiB).
+    let over = |(used, size): (u64, u64)| size - used;
+    counts
+        .clone()
+        .find(|&c| over(c) * MEDIUM_WASTE <= c.1)
+        .or_else(|| counts.min_by(|&a, &b| (over(a) * b.1).cmp(&(over(b) * a.1))))
+        .map_or(round_up(rounded, SEGMENT), |(_, size)| size)
 }
 
 /// The size a request of `rounded` bytes takes in a plain segment: medium ones rounded up to

@@ -80,6 +80,10 @@ pub const MEDIUM_DIVISIONS: u64 = 8;
 /// rounding: more would only save device calls, and each one freed late keeps the rest. Chosen
 /// on the TUNE traces (docs/benchmarks.md, session 15: TUNE's max 1.060 with 1/16, 1.072 with
 /// 1/8, 1.067 with 1/32, 1.085 with the segment of up to 20 MiB that wasted least, as before).
+/// Where no number of them up to [`MEDIUM_SEGMENT`] wastes that little (of the size classes,
+/// only 5.5 MiB: a twelfth in 6, 12 or 18 MiB), the fewest that waste least, not three in 20 MiB
+/// with 3.5 MiB over: nmt_beam's 5.5 MiB caches, TUNE's plain max, 1.093 -> 1.083 (session 28,
+/// chosen on the TUNE traces; TUNE's median unchanged, plain driver time 1.007 times).
 pub const MEDIUM_WASTE: u64 = 16;
 /// With plain segments, a free block of a segment larger than [`MEDIUM_SEGMENT`] serves a
 /// request only if it is at most this many times the request, unless growing instead would set
