@@ -1907,7 +1907,7 @@ fn a_medium_plain_segment_holds_the_fewest_requests_that_round_well() {
 #[test]
 fn a_medium_size_that_never_rounds_well_gets_the_segment_that_wastes_least() {
     // 5.5 MiB wastes a twelfth of 6, 12 or 18 MiB, more than 1/16 with any count up to 20 MiB:
-    // one a segment of 6 MiB, not three in 20 MiB with 3.5 MiB over.
+    // each gets a segment of 6 MiB, not three in 20 MiB with 3.5 MiB over.
     let pool = plain_pool(4 << 30);
     let a = pool.alloc(11 << 19).unwrap();
     assert_eq!(pool.stats().reserved, 6 << 20);
