@@ -466,6 +466,104 @@ fn a_small_request_spares_an_idle_piece() {
 /// block where a pool without in-place updates does; in a virtual segment it splits the free
 /// block and merges it back, and both must leave the free index alone (an in-place update
 /// each). Plain segments are wholly free between pairs, round sizes: no update in place.
+/// Pairs of one size in a row (the pool serves the second on from the block the first left
+/// parked, see `pool/fast.rs`) among other allocations and frees, nothing else between them.
+fn ops_with_repeated_pairs() -> impl Strategy<Value = Vec<Op>> {
+    let sizes = proptest::sample::select(vec![512u64, 4096, 65536, 1 << 20, 3 << 20, 8 << 20]);
+    let repeated = (prop_oneof![size(), sizes], 1usize..6)
+        .prop_map(|(n, k)| (0..k).flat_map(|_| [Op::Alloc(n), Op::FreeLast]).collect());
+    let step = prop_oneof![
+        3 => repeated,
+        1 => size().prop_map(|n| vec![Op::Alloc(n)]),
+        1 => any::<usize>().prop_map(|i| vec![Op::Free(i)]),
+    ];
+    proptest::collection::vec(step, 1..100).prop_map(|v| v.into_iter().flatten().collect())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// With nothing but allocations and frees (no call that merges a parked block back), every
+    /// address and every figure is the twin's, whose pool parks nothing, and the invariants hold
+    /// once the parked block is merged back.
+    #[test]
+    fn parked_pairs_place_as_the_twin(ops in ops_with_repeated_pairs()) {
+        run_parked(ops);
+    }
+}
+
+/// With nothing but allocations and frees (no call that merges a parked block back), every
+/// address and every figure is the twin's, whose pool parks nothing, and the invariants hold
+/// once the parked block is merged back.
+fn run_parked(ops: Vec<Op>) {
+    let [pool, twin] = twin_pools(true);
+    let mut order: Vec<u64> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Alloc(n) => {
+                let a = pool.alloc(n);
+                assert_eq!(a, twin.alloc(n), "placement differs from the twin's");
+                if let Ok(a) = a {
+                    order.push(a);
+                }
+            }
+            Op::Free(i) if !order.is_empty() => {
+                let a = order.swap_remove(i % order.len());
+                assert_eq!(pool.free(a), twin.free(a));
+            }
+            Op::FreeLast => {
+                if let Some(a) = order.pop() {
+                    assert_eq!(pool.free(a), twin.free(a));
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(counted(pool.stats()), counted(twin.stats()));
+    pool.check_invariants().unwrap();
+    for a in order {
+        assert_eq!(pool.free(a), twin.free(a));
+    }
+    pool.check_invariants().unwrap();
+    assert_eq!(counted(pool.stats()), counted(twin.stats()));
+}
+
+#[test]
+fn pairs_of_one_size_are_served_from_the_parked_block() {
+    let pools = twin_pools(true);
+    for size in [5 << 20, 4096] {
+        let kept = pools[0].alloc(size).unwrap();
+        assert_eq!(Ok(kept), pools[1].alloc(size));
+    }
+    for size in [65536, 8 << 20] {
+        for round in 0..6 {
+            let before = pools[0].in_place_updates();
+            let replayed = pools[0].replayed_requests();
+            let a = pools[0].alloc(size).unwrap();
+            assert_eq!(Ok(a), pools[1].alloc(size), "placement differs");
+            assert_eq!(pools[0].free(a), Some(size));
+            assert_eq!(pools[1].free(a), Some(size));
+            // Round 0 maps memory, round 1 is remembered, round 2 parks: served since.
+            if round > 2 {
+                assert_eq!(
+                    pools[0].replayed_requests() - replayed,
+                    1,
+                    "{} bytes: served again without a search",
+                    size
+                );
+                assert_eq!(
+                    pools[0].in_place_updates() - before,
+                    0,
+                    "{} bytes: neither a split nor a merge",
+                    size
+                );
+            }
+        }
+        pools[0].check_invariants().unwrap();
+        assert_eq!(counted(pools[0].stats()), counted(pools[1].stats()));
+    }
+}
+
 #[test]
 fn pairs_of_sizes_in_turn_split_and_merge_in_place() {
     for vmm in [true, false] {

@@ -71,7 +71,7 @@ impl<S: DeviceSource> Pool<S> {
     /// A block of at least `size` bytes, 256-byte aligned: the retry loop around
     /// [`Pool::serve`].
     pub fn alloc(&self, size: u64) -> Result<u64, AllocError> {
-        let (st, result) = self.retry_loop(self.lock(), size);
+        let (st, result) = self.retry_loop(self.lock_parked(), size);
         self.mirror(&st);
         result
     }
@@ -97,6 +97,12 @@ impl<S: DeviceSource> Pool<S> {
         };
         if refused_by_cap(&mut st, rounded) {
             return (st, Err(AllocError::OverCap));
+        }
+        if st.parked.is_some() {
+            if let Some(addr) = self.serve_parked(&mut st, rounded, size) {
+                return (st, Ok(addr));
+            }
+            st.unpark();
         }
         if let Some(addr) = self.replayed(&mut st, rounded, size) {
             return (st, Ok(addr));

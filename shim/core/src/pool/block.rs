@@ -99,9 +99,9 @@ impl State {
     /// is oversize.
     pub(super) fn take(&mut self, i: u32, rounded: u64, requested: u64, oversize: u64) -> u64 {
         let kind = self.kind(i).slot();
-        let (addr, size, seg) = {
+        let (size, seg) = {
             let b = &self.blocks[i as usize];
-            (b.addr, b.size, b.seg)
+            (b.size, b.seg)
         };
         let splits = size - rounded >= GRANULE && (size < oversize || self.pages(seg).is_some());
         let before = self.index[kind].version;
@@ -128,9 +128,16 @@ impl State {
             self.index[kind].fast.undo = None;
             i
         };
+        self.hand_out(i, requested)
+    }
+
+    /// Hands out free block `i`, in no index, for `requested` bytes; returns its address.
+    #[inline(always)]
+    pub(super) fn hand_out(&mut self, i: u32, requested: u64) -> u64 {
         let b = &mut self.blocks[i as usize];
         b.state = BlockState::Live;
         b.requested = requested;
+        let addr = b.addr;
         self.pin_pages(i);
         self.live.insert(addr, i);
         let s = &mut self.stats;
@@ -236,7 +243,8 @@ impl State {
     }
 
     /// Prepends `left` (the block before in address order) to `right` and drops `left`.
-    fn absorb_front(&mut self, right: u32, left: u32) {
+    #[inline(always)]
+    pub(super) fn absorb_front(&mut self, right: u32, left: u32) {
         let (addr, size, prev, seg) = {
             let l = &self.blocks[left as usize];
             (l.addr, l.size, l.prev, l.seg)

@@ -17,11 +17,19 @@
 //! Placement is the same by construction; the pool-model tests compare every step with a pool
 //! that does none of this.
 //!
+//! A free that would undo the take before it, so that the same request would be replayed next,
+//! may leave its block unmerged instead (parked): the next request of that size is handed the
+//! block at once, which is where merging it back and replaying the take would leave the pool,
+//! without either. Anything else merges it back first: the next allocation of another size or
+//! the next free, and every other call that takes the pool's lock ([`State::unpark`]), so no
+//! other code ever sees a parked block. Repeated pairs of one size (a workspace, a temporary in
+//! a loop) then cost neither a merge nor a split.
+//!
 //! Only for virtual segments; each pool (small, large) remembers its own requests.
 
 use super::block::BlockState;
 use super::state::{Kind, State};
-use super::Pool;
+use super::{Pool, NIL};
 use crate::source::DeviceSource;
 
 /// Remembered requests, by a hash of their rounded size (a power of two; 32: the bench's six
@@ -127,7 +135,122 @@ fn entry_for(rounded: u64) -> usize {
     crate::hash::top_bits(rounded >> 8, ENTRIES.trailing_zeros())
 }
 
+/// A block freed right after the take that split it off `rest`, left unmerged; `undo` is that
+/// take's, `kind` its pool's slot.
+pub(crate) struct Parked {
+    front: u32,
+    rest: u32,
+    kind: usize,
+    undo: Undo,
+}
+
+impl State {
+    /// Merges a parked block back, as its free would have: the pool in the state before the
+    /// take that split it, as every caller but an allocation or a free must see it.
+    #[inline]
+    pub(super) fn unpark(&mut self) {
+        if let Some(p) = self.parked.take() {
+            self.merge_parked(p);
+        }
+    }
+
+    #[cold]
+    fn merge_parked(&mut self, p: Parked) {
+        self.absorb_front(p.rest, p.front);
+        let index = &mut self.index[p.kind];
+        index.refile(&mut self.blocks, p.rest);
+        #[cfg(debug_assertions)]
+        assert!(
+            index.lists(&self.blocks) == p.undo.lists,
+            "a parked block merged back but the free lists differ from before its take"
+        );
+        index.version = p.undo.before;
+        index.fast.restored = p.undo.before;
+    }
+}
+
 impl<S: DeviceSource> Pool<S> {
+    /// Parks live block `i`, just taken off the live map, instead of merging it back, where that
+    /// free would only undo the take before it and the same request would be replayed next
+    /// (see the module's comment); returns whether it did. Blocks freed in order only.
+    #[inline]
+    pub(super) fn park(&self, st: &mut State, i: u32) -> bool {
+        let (prev, rest, size) = {
+            let b = &st.blocks[i as usize];
+            (b.prev, b.next, b.size)
+        };
+        let kind = st.kind(i).slot();
+        let index = &st.index[kind];
+        let undoes =
+            matches!(&index.fast.undo, Some(u) if u.after == index.version && u.front == i);
+        // A free that gives memory back past the trim threshold merges first.
+        let threshold = (self.options.trim_threshold * st.stats.cap as f64) as u64;
+        if !undoes || !index.in_place || st.stats.reserved + st.stats.external > threshold {
+            return false;
+        }
+        let undo = match &index.fast.undo {
+            Some(u) => u,
+            None => return false,
+        };
+        let start = match index.fast.pure(undo.before, &st.stats) {
+            Some(start) => start,
+            None => return false,
+        };
+        // The take was all its allocation did: the free block it split is after, none before.
+        let free = |j: u32| j != NIL && st.blocks[j as usize].state == BlockState::Free;
+        debug_assert!(
+            !free(prev) && free(rest),
+            "a pure take beside other free blocks"
+        );
+        st.unpin_pages(i);
+        st.blocks[i as usize].state = BlockState::Free;
+        let index = &mut st.index[kind];
+        index.fast.remember(size, start, rest);
+        let undo = index.fast.undo.take();
+        st.parked = undo.map(|undo| Parked {
+            front: i,
+            rest,
+            kind,
+            undo,
+        });
+        true
+    }
+
+    /// Hands out the parked block for `rounded` bytes (of `size` asked) where replaying the
+    /// request after merging it back would take the same block again: what
+    /// [`Pool::replayed`] would do, without the merge and the split.
+    #[inline]
+    pub(super) fn serve_parked(&self, st: &mut State, rounded: u64, size: u64) -> Option<u64> {
+        let p = st.parked.as_ref()?;
+        let kind = Kind::serving(rounded).slot();
+        let s = &st.stats;
+        let index = &st.index[kind];
+        let e = index.fast.entries[entry_for(rounded)];
+        if p.kind != kind
+            || !(st.virtual_memory && s.quarantined == 0 && index.in_place)
+            || st.blocks[p.front as usize].size != rounded
+            || e.version != p.undo.before
+            || e.rounded != rounded
+            || e.allocs != s.source_allocs
+            || e.reserved != s.reserved
+            || e.block != p.rest
+        {
+            return None;
+        }
+        let p = st.parked.take()?;
+        let index = &mut st.index[kind];
+        index.fast.start = Start {
+            version: p.undo.before,
+            hits: st.stats.pool_hits,
+            allocs: st.stats.source_allocs,
+            reserved: st.stats.reserved,
+        };
+        index.fast.hits += 1;
+        index.fast.undo = Some(p.undo);
+        st.stats.pool_hits += 1;
+        Some(st.hand_out(p.front, size))
+    }
+
     /// Serves `rounded` bytes (of `size` asked) as remembered, if the pool is in the state it
     /// was in then; notes the state the allocation begins in either way.
     #[inline(always)]

@@ -261,7 +261,17 @@ impl<S: DeviceSource> Pool<S> {
         self.quarantined.load(Ordering::Relaxed) > 0
     }
 
+    /// The state with no block parked (see `fast`): what every caller but an allocation or a
+    /// free sees.
     fn lock(&self) -> MutexGuard<'_, State> {
+        let mut st = self.lock_parked();
+        st.unpark();
+        st
+    }
+
+    /// The state as it is, a block perhaps parked.
+    #[inline]
+    fn lock_parked(&self) -> MutexGuard<'_, State> {
         // A panic elsewhere never leaves the state half-changed in a way that matters more than
         // losing the pool, and the hooks catch panics at their boundary; keep serving.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -414,7 +424,8 @@ impl<S: DeviceSource> Pool<S> {
     /// How many splits and merges left the free index alone (see `index::FreeIndex::refile`).
     #[doc(hidden)]
     pub fn in_place_updates(&self) -> u64 {
-        self.lock()
+        // Counters only: a parked block stays parked.
+        self.lock_parked()
             .index
             .iter()
             .map(|index| index.in_place_hits)
@@ -424,7 +435,11 @@ impl<S: DeviceSource> Pool<S> {
     /// How many requests were served as remembered (see `fast`).
     #[doc(hidden)]
     pub fn replayed_requests(&self) -> u64 {
-        self.lock().index.iter().map(|index| index.fast.hits).sum()
+        self.lock_parked()
+            .index
+            .iter()
+            .map(|index| index.fast.hits)
+            .sum()
     }
 
     /// Forgets every block and segment without touching the device: after a device reset the

@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 
 use super::block::{Block, BlockState};
+use super::fast::Parked;
 use super::index::FreeIndex;
 use super::pages::{Mappings, Pages};
 use super::spares::Spares;
@@ -123,6 +124,11 @@ pub(super) struct State {
     pub warmed: bool,
     /// Pieces a trim kept for the map that follows it; none between calls.
     pub spares: Spares,
+    /// A block a free left unmerged for the next request of its size (see `super::fast`);
+    /// none whenever the lock is taken for anything but an allocation or a free.
+    pub parked: Option<Parked>,
+    /// The size of the block freed last in order (see `super::fast`).
+    pub last_freed: u64,
     /// `live` is the sum of live blocks' requested bytes, `quarantined` the sum of quarantined
     /// blocks' sizes, `reserved` the plain segments' sizes plus the mappings' (address space
     /// alone is not counted).
@@ -147,6 +153,8 @@ impl State {
             virtual_memory: false,
             warmed: false,
             spares: Spares::default(),
+            parked: None,
+            last_freed: 0,
             stats: Stats {
                 cap,
                 ..Stats::default()

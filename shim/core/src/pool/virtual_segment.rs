@@ -66,11 +66,13 @@ impl State {
     }
 
     /// Counts block `i` (live or quarantined) on its virtual segment's pages.
+    #[inline(always)]
     pub(super) fn pin_pages(&mut self, i: u32) {
         self.count_on_pages(i, |pages, addr, size| pages.pin(addr, size));
     }
 
     /// Takes back what [`State::pin_pages`] counted.
+    #[inline(always)]
     pub(super) fn unpin_pages(&mut self, i: u32) {
         let begun = self.mappings.begun();
         self.count_on_pages(i, |pages, addr, size| pages.unpin(addr, size, begun));
