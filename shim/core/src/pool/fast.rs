@@ -181,17 +181,15 @@ impl<S: DeviceSource> Pool<S> {
         };
         let kind = st.kind(i).slot();
         let index = &st.index[kind];
-        let undoes =
-            matches!(&index.fast.undo, Some(u) if u.after == index.version && u.front == i);
+        let undo = match &index.fast.undo {
+            Some(u) if u.after == index.version && u.front == i => u,
+            _ => return false,
+        };
         // A free that gives memory back past the trim threshold merges first.
         let threshold = (self.options.trim_threshold * st.stats.cap as f64) as u64;
-        if !undoes || !index.in_place || st.stats.reserved + st.stats.external > threshold {
+        if !index.in_place || st.stats.reserved + st.stats.external > threshold {
             return false;
         }
-        let undo = match &index.fast.undo {
-            Some(u) => u,
-            None => return false,
-        };
         let start = match index.fast.pure(undo.before, &st.stats) {
             Some(start) => start,
             None => return false,
@@ -206,13 +204,14 @@ impl<S: DeviceSource> Pool<S> {
         st.blocks[i as usize].state = BlockState::Free;
         let index = &mut st.index[kind];
         index.fast.remember(size, start, rest);
-        let undo = index.fast.undo.take();
-        st.parked = undo.map(|undo| Parked {
-            front: i,
-            rest,
-            kind,
-            undo,
-        });
+        if let Some(undo) = index.fast.undo.take() {
+            st.parked = Some(Parked {
+                front: i,
+                rest,
+                kind,
+                undo,
+            });
+        }
         true
     }
 
