@@ -29,7 +29,7 @@
 
 use super::block::BlockState;
 use super::state::{Kind, State};
-use super::{Pool, NIL};
+use super::{Pool, GRANULE, NIL};
 use crate::source::DeviceSource;
 
 /// Remembered requests, by a hash of their rounded size (a power of two; 32: the bench's six
@@ -216,8 +216,9 @@ impl<S: DeviceSource> Pool<S> {
     }
 
     /// Hands out the parked block for `rounded` bytes (of `size` asked) where replaying the
-    /// request after merging it back would take the same block again: what
-    /// [`Pool::replayed`] would do, without the merge and the split.
+    /// request after merging it back would split it off the same free block again: what
+    /// [`Pool::replayed`] would do, without the merge and the split. A request of another size
+    /// replayed from that block moves the boundary between the two instead.
     #[inline]
     pub(super) fn serve_parked(&self, st: &mut State, rounded: u64, size: u64) -> Option<u64> {
         let p = st.parked.as_ref()?;
@@ -225,18 +226,33 @@ impl<S: DeviceSource> Pool<S> {
         let s = &st.stats;
         let index = &st.index[kind];
         let e = index.fast.entries[entry_for(rounded)];
+        let (front, rest) = (&st.blocks[p.front as usize], &st.blocks[p.rest as usize]);
+        let whole = front.size + rest.size;
         if p.kind != kind
             || !(st.virtual_memory && s.quarantined == 0 && index.in_place)
-            || st.blocks[p.front as usize].size != rounded
             || e.version != p.undo.before
             || e.rounded != rounded
             || e.allocs != s.source_allocs
             || e.reserved != s.reserved
             || e.block != p.rest
+            || whole < rounded + GRANULE
         {
             return None;
         }
-        let p = st.parked.take()?;
+        let resized = front.size != rounded;
+        let mut p = st.parked.take()?;
+        if resized {
+            // Where the merged block's split would leave them: the front `rounded` bytes, the
+            // rest after it.
+            let end = st.blocks[p.front as usize].addr + rounded;
+            st.blocks[p.front as usize].size = rounded;
+            let r = &mut st.blocks[p.rest as usize];
+            r.addr = end;
+            r.size = whole - rounded;
+            let index = &mut st.index[kind];
+            index.refile(&mut st.blocks, p.rest);
+            p.undo.after = index.version;
+        }
         let index = &mut st.index[kind];
         index.fast.start = Start {
             version: p.undo.before,

@@ -24,10 +24,7 @@ impl<S: DeviceSource> Pool<S> {
         st.stats.frees += 1;
         if self.source.in_order() {
             st.freed_in_order = seq + 1;
-            // Only a size freed twice in a row is parked: one freed between requests of other
-            // sizes would be merged back at the next of them, at the cost of parking it.
-            let again = std::mem::replace(&mut st.last_freed, size) == size;
-            if !(again && self.park(&mut st, i)) {
+            if !self.park(&mut st, i) {
                 let emptied = st.release_block(i);
                 self.trim_past_threshold(&mut st, emptied);
             }

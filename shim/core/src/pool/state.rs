@@ -127,8 +127,6 @@ pub(super) struct State {
     /// A block a free left unmerged for the next request of its size (see `super::fast`);
     /// none whenever the lock is taken for anything but an allocation or a free.
     pub parked: Option<Parked>,
-    /// The size of the block freed last in order (see `super::fast`).
-    pub last_freed: u64,
     /// `live` is the sum of live blocks' requested bytes, `quarantined` the sum of quarantined
     /// blocks' sizes, `reserved` the plain segments' sizes plus the mappings' (address space
     /// alone is not counted).
@@ -154,7 +152,6 @@ impl State {
             warmed: false,
             spares: Spares::default(),
             parked: None,
-            last_freed: 0,
             stats: Stats {
                 cap,
                 ..Stats::default()
