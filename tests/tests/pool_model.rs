@@ -537,74 +537,57 @@ fn run_parked(ops: Vec<Op>) {
     assert_eq!(counted(pool.stats()), counted(twin.stats()));
 }
 
-#[test]
-fn pairs_of_sizes_in_turn_resize_the_parked_block() {
+/// Pairs of `sizes` in turn, `rounds` times, against the twin: for each pair after the first
+/// two rounds (round 0 maps memory, round 1 is remembered), its size, how many requests were
+/// replayed and how many splits and merges left the free index in place.
+fn pair_counts(sizes: &[u64], rounds: usize) -> Vec<(u64, u64, u64)> {
     let pools = twin_pools(true);
     for size in [5 << 20, 4096] {
         let kept = pools[0].alloc(size).unwrap();
         assert_eq!(Ok(kept), pools[1].alloc(size));
     }
-    let sizes = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
-    for round in 0..5 {
-        for (k, size) in sizes.into_iter().enumerate() {
-            let before = pools[0].in_place_updates();
+    let mut counts = Vec::new();
+    for round in 0..rounds {
+        for &size in sizes {
+            let in_place = pools[0].in_place_updates();
             let replayed = pools[0].replayed_requests();
             let a = pools[0].alloc(size).unwrap();
             assert_eq!(Ok(a), pools[1].alloc(size), "placement differs");
             assert_eq!(pools[0].free(a), Some(size));
             assert_eq!(pools[1].free(a), Some(size));
-            // Round 0 maps memory and round 1 is remembered. Since, a size after one of its own
-            // pool (small: up to 1 MiB; large) is served from the parked block with one refile
-            // where a merge and a split would make two.
             if round > 1 {
-                assert_eq!(pools[0].replayed_requests() - replayed, 1, "{} bytes", size);
-                let same_pool = k % 4 != 0;
-                assert_eq!(
-                    pools[0].in_place_updates() - before,
-                    if same_pool { 1 } else { 2 },
-                    "{} bytes",
-                    size
-                );
+                counts.push((
+                    size,
+                    pools[0].replayed_requests() - replayed,
+                    pools[0].in_place_updates() - in_place,
+                ));
             }
         }
     }
     pools[0].check_invariants().unwrap();
     assert_eq!(counted(pools[0].stats()), counted(pools[1].stats()));
+    counts
 }
 
 #[test]
 fn pairs_of_one_size_are_served_from_the_parked_block() {
-    let pools = twin_pools(true);
-    for size in [5 << 20, 4096] {
-        let kept = pools[0].alloc(size).unwrap();
-        assert_eq!(Ok(kept), pools[1].alloc(size));
-    }
     for size in [65536, 8 << 20] {
-        for round in 0..6 {
-            let before = pools[0].in_place_updates();
-            let replayed = pools[0].replayed_requests();
-            let a = pools[0].alloc(size).unwrap();
-            assert_eq!(Ok(a), pools[1].alloc(size), "placement differs");
-            assert_eq!(pools[0].free(a), Some(size));
-            assert_eq!(pools[1].free(a), Some(size));
-            // Round 0 maps memory, round 1 is remembered, round 2 parks: served since.
-            if round > 2 {
-                assert_eq!(
-                    pools[0].replayed_requests() - replayed,
-                    1,
-                    "{} bytes: served again without a search",
-                    size
-                );
-                assert_eq!(
-                    pools[0].in_place_updates() - before,
-                    0,
-                    "{} bytes: neither a split nor a merge",
-                    size
-                );
-            }
+        for (size, replayed, refiles) in pair_counts(&[size], 6) {
+            assert_eq!(replayed, 1, "{} bytes: served again without a search", size);
+            assert_eq!(refiles, 0, "{} bytes: neither a split nor a merge", size);
         }
-        pools[0].check_invariants().unwrap();
-        assert_eq!(counted(pools[0].stats()), counted(pools[1].stats()));
+    }
+}
+
+#[test]
+fn pairs_of_sizes_in_turn_resize_the_parked_block() {
+    let sizes = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
+    for (k, (size, replayed, refiles)) in pair_counts(&sizes, 5).into_iter().enumerate() {
+        assert_eq!(replayed, 1, "{} bytes", size);
+        // A size after one of its own pool (small: up to 1 MiB; large) is served from the
+        // parked block with one refile, where a merge and a split make two.
+        let same_pool = k % sizes.len() % 4 != 0;
+        assert_eq!(refiles, if same_pool { 1 } else { 2 }, "{} bytes", size);
     }
 }
 
