@@ -223,13 +223,7 @@ impl State {
                 // where the request (the front's size) may be served as it was, if taking it
                 // was all its allocation did.
                 let index = &mut self.index[kind];
-                #[cfg(debug_assertions)]
-                assert!(
-                    index.lists(&self.blocks) == undo.lists,
-                    "a free undid a split but the free lists differ from before it"
-                );
-                index.version = undo.before;
-                index.fast.restored = undo.before;
+                index.restore(&self.blocks, &undo);
                 if let Some(start) = index.fast.pure(undo.before, &self.stats) {
                     index.fast.remember(size, start, next);
                 }

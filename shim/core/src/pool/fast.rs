@@ -27,7 +27,8 @@
 //!
 //! Only for virtual segments; each pool (small, large) remembers its own requests.
 
-use super::block::BlockState;
+use super::block::{Block, BlockState};
+use super::index::FreeIndex;
 use super::state::{Kind, State};
 use super::{Pool, GRANULE, NIL};
 use crate::source::DeviceSource;
@@ -103,7 +104,32 @@ impl Default for Replay {
     }
 }
 
+impl Start {
+    /// The state `version` with the pool's stats `s` now.
+    #[inline(always)]
+    fn at(version: u64, s: &crate::stats::Stats) -> Start {
+        Start {
+            version,
+            hits: s.pool_hits,
+            allocs: s.source_allocs,
+            reserved: s.reserved,
+        }
+    }
+}
+
 impl Replay {
+    /// The free block a request of `rounded` bytes was served from in the state `version`, if
+    /// one was and the same device memory is mapped now (the pool's stats `s`).
+    #[inline(always)]
+    fn remembered(&self, rounded: u64, version: u64, s: &crate::stats::Stats) -> Option<u32> {
+        let e = self.entries[entry_for(rounded)];
+        (e.version == version
+            && e.rounded == rounded
+            && e.allocs == s.source_allocs
+            && e.reserved == s.reserved)
+            .then_some(e.block)
+    }
+
     /// Whether the allocation under way (or the last) did nothing but a take at `version`: the
     /// index as it began, one pool hit, no device memory mapped or given back, with the
     /// pool's stats `s` now.
@@ -144,6 +170,21 @@ pub(crate) struct Parked {
     undo: Undo,
 }
 
+impl FreeIndex {
+    /// The index back in the state before the take `undo` names, once its front is merged back
+    /// into the rest (the lists equal those before it: checked where debug assertions are on).
+    #[inline(always)]
+    pub(crate) fn restore(&mut self, _blocks: &[Block], undo: &Undo) {
+        #[cfg(debug_assertions)]
+        assert!(
+            self.lists(_blocks) == undo.lists,
+            "a split undone but the free lists differ from before it"
+        );
+        self.version = undo.before;
+        self.fast.restored = undo.before;
+    }
+}
+
 impl State {
     /// Merges a parked block back, as its free would have: the pool in the state before the
     /// take that split it, as every caller but an allocation or a free must see it.
@@ -159,13 +200,7 @@ impl State {
         self.absorb_front(p.rest, p.front);
         let index = &mut self.index[p.kind];
         index.refile(&mut self.blocks, p.rest);
-        #[cfg(debug_assertions)]
-        assert!(
-            index.lists(&self.blocks) == p.undo.lists,
-            "a parked block merged back but the free lists differ from before its take"
-        );
-        index.version = p.undo.before;
-        index.fast.restored = p.undo.before;
+        index.restore(&self.blocks, &p.undo);
     }
 }
 
@@ -225,16 +260,11 @@ impl<S: DeviceSource> Pool<S> {
         let kind = Kind::serving(rounded).slot();
         let s = &st.stats;
         let index = &st.index[kind];
-        let e = index.fast.entries[entry_for(rounded)];
         let (front, rest) = (&st.blocks[p.front as usize], &st.blocks[p.rest as usize]);
         let whole = front.size + rest.size;
         if p.kind != kind
             || !(st.virtual_memory && s.quarantined == 0 && index.in_place)
-            || e.version != p.undo.before
-            || e.rounded != rounded
-            || e.allocs != s.source_allocs
-            || e.reserved != s.reserved
-            || e.block != p.rest
+            || index.fast.remembered(rounded, p.undo.before, s) != Some(p.rest)
             || whole < rounded + GRANULE
         {
             return None;
@@ -254,12 +284,7 @@ impl<S: DeviceSource> Pool<S> {
             p.undo.after = index.version;
         }
         let index = &mut st.index[kind];
-        index.fast.start = Start {
-            version: p.undo.before,
-            hits: st.stats.pool_hits,
-            allocs: st.stats.source_allocs,
-            reserved: st.stats.reserved,
-        };
+        index.fast.start = Start::at(p.undo.before, &st.stats);
         index.fast.hits += 1;
         index.fast.undo = Some(p.undo);
         st.stats.pool_hits += 1;
@@ -277,28 +302,16 @@ impl<S: DeviceSource> Pool<S> {
             index.fast.start.version = NONE;
             return None;
         }
-        index.fast.start = Start {
-            version: index.version,
-            hits: s.pool_hits,
-            allocs: s.source_allocs,
-            reserved: s.reserved,
-        };
-        let e = index.fast.entries[entry_for(rounded)];
-        if e.version != index.version
-            || e.rounded != rounded
-            || e.allocs != s.source_allocs
-            || e.reserved != s.reserved
-        {
-            return None;
-        }
+        index.fast.start = Start::at(index.version, s);
+        let block = index.fast.remembered(rounded, index.version, s)?;
         // The version says the block is free and holds the request; a block handed out twice
         // would be wrong data in the program, so that is checked too, for two loads.
-        let b = &st.blocks[e.block as usize];
+        let b = &st.blocks[block as usize];
         if b.state != BlockState::Free || b.size < rounded {
             return None;
         }
         index.fast.hits += 1;
         st.stats.pool_hits += 1;
-        Some(st.take(e.block, rounded, size, self.options.oversize()))
+        Some(st.take(block, rounded, size, self.options.oversize()))
     }
 }
