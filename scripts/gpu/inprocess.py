@@ -33,6 +33,7 @@ PyTorch's and leaves no tensor outside the pool; the paused block as above. Any 
 (capture_traces.builder) may be named.
 """
 
+import contextlib
 import ctypes
 import gc
 import json
@@ -231,6 +232,7 @@ def tensors(torch):
     for obj in objects:
         try:
             if isinstance(obj, torch.Tensor) and obj.is_cuda and obj._base is None and obj.grad_fn is None:
+                obj.data_ptr()  # torch.compile's fake tensors have no memory: they raise here
                 found.append(weakref.ref(obj))
         except Exception:  # an object that cannot even be asked: not a tensor of ours
             continue
@@ -258,7 +260,8 @@ def relocate(torch, refs, pooled, want_pooled):
                 for ts in owners.values()]
         for ts, _, _ in host:
             for t in ts:
-                t.set_(torch.empty(0, dtype=t.dtype, device=t.device))
+                with in_place(torch, t):
+                    t.set_(torch.empty(0, dtype=t.dtype, device=t.device))
         torch.cuda.synchronize()
         # cuBLAS's workspaces are blocks of PyTorch's cache that no tensor shows: they would keep
         # their segments, and the free space around them, of the old kind. Made again at the
@@ -270,11 +273,19 @@ def relocate(torch, refs, pooled, want_pooled):
         for ts, h, shapes in host:
             storage = h.cuda(ts[0].device.index)
             for t, (offset, size, stride) in zip(ts, shapes):
-                t.set_(storage, offset, size, stride)
+                with in_place(torch, t):
+                    t.set_(storage, offset, size, stride)
     del host
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     return len(wrong())
+
+
+def in_place(torch, t):
+    """What an in-place update of `t` needs: inference mode for an inference tensor (a KV cache
+    made under `torch.inference_mode()`), else nothing more than the caller's `no_grad`
+    (`inference_mode(False)` would turn gradients back on)."""
+    return torch.inference_mode() if t.is_inference() else contextlib.nullcontext()
 
 
 def summarize(entry, versus_cache=False):
