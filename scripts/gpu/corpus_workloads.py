@@ -189,7 +189,13 @@ def build_serve_paged(device, seed=0):
         for _ in range(20):
             server.iteration()
 
-    step.reseed = rng.seed
+    def reseed(seed):
+        # The requests in flight go too: else the steps after a reseed serve whatever earlier
+        # steps left running, and two blocks with one seed do different work.
+        rng.seed(seed)
+        server.active.clear()
+
+    step.reseed = reseed
     return step
 
 
