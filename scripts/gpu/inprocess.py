@@ -3,10 +3,11 @@
 within 1%, measured inside ONE process (separate processes on the shared GPU machines differ by
 10-15%, more than the target).
 
-One process runs with librocmguard.so preloaded and PyTorch's cache on. For each workload, after
-a warm-up, many pairs of blocks, each pair in the order `block_order` gives (alternating): one
-block with the pool on, one with it paused (`rocmguard_pause(1)`: new cudaMallocs go to the
-runtime, as without the shim). A block: synchronize and empty PyTorch's cache, set the pause,
+For each workload, one process (its own, so that a workload that fails takes no other's result
+with it) runs with librocmguard.so preloaded and PyTorch's cache on. After a warm-up, many pairs
+of blocks, each pair in the order `block_order` gives (alternating): one block with the pool on,
+one with it paused (`rocmguard_pause(1)`: new cudaMallocs go to the runtime, as without the
+shim). A block: synchronize and empty PyTorch's cache, set the pause,
 move every persistent tensor (weights, buffers, optimizer state, inputs) to fresh memory of that
 kind, empty the cache again, warm-up steps, then k timed steps (the garbage collector off); both
 blocks of a pair replay the same sequence of shapes (`step.reseed`). The figure per pair is
@@ -330,24 +331,21 @@ def summarize(entry, versus_cache=False):
     )
 
 
-def parent(args, lib, env):
-    """Runs the child pinned to args.cpus, prints its progress, then the table and TAG line."""
-    from overhead import TARGETS
-
-    workloads = args.workloads.split(",")
+def child_command(args, workload, budget):
+    """The measuring process for one workload, pinned to args.cpus."""
     cmd = ["taskset", "-c", args.cpus, sys.executable, str(HERE / "overhead.py"), "--in-process-child",
-           args.workloads, "--budget", str(args.budget), "--block-s", str(args.block_s)]
-    cmd += ["--versus-cache"] if args.versus_cache else []
-    what = "the pool with PyTorch's cache off against PyTorch's cache" if args.versus_cache else "PyTorch's cache on"
-    target = TARGETS["versus-cache" if args.versus_cache else "shim"]
-    print(f"in-process A/B, one process with {lib} preloaded, {what}; budget {args.budget:.0f} s", flush=True)
-    entries, errors = {}, []
+           workload, "--budget", f"{budget:.0f}", "--block-s", str(args.block_s)]
+    return cmd + (["--versus-cache"] if args.versus_cache else [])
+
+
+def run_child(cmd, env, budget):
+    """Runs one child, printing its progress: (its entry or None, its exit status, its errors)."""
+    entry, errors = None, []
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + args.budget + 120
+    deadline = time.monotonic() + budget + 120
     for line in proc.stdout:
         if line.startswith(WORKLOAD_TAG + " "):
             entry = json.loads(line[len(WORKLOAD_TAG) + 1 :])
-            entries[entry["workload"]] = entry
             continue
         if line.startswith(WORKLOAD_TAG + "-ERROR"):
             errors.append(line.strip())
@@ -357,15 +355,35 @@ def parent(args, lib, env):
             proc.kill()
             errors.append("stopped: past the budget")
             break
-    rc = proc.wait()
+    return entry, proc.wait(), errors
+
+
+def parent(args, lib, env):
+    """Runs one child per workload, each with an equal share of what is left of the budget, so
+    that a workload that fails takes no other's result with it; prints the table and TAG line."""
+    from overhead import TARGETS
+
+    workloads = args.workloads.split(",")
+    what = "the pool with PyTorch's cache off against PyTorch's cache" if args.versus_cache else "PyTorch's cache on"
+    target = TARGETS["versus-cache" if args.versus_cache else "shim"]
+    print(f"in-process A/B, one process per workload with {lib} preloaded, {what}; budget {args.budget:.0f} s",
+          flush=True)
+    entries, failures = {}, {}
+    started = time.monotonic()
+    for i, name in enumerate(workloads):
+        budget = (args.budget - (time.monotonic() - started)) / (len(workloads) - i)
+        entry, rc, errors = run_child(child_command(args, name, budget), env, budget)
+        if entry is not None:
+            entries[name] = entry
+        else:
+            failures[name] = f"no result (exit {rc}{'; ' + '; '.join(errors) if errors else ''})"
     rows = []
     print(f"\n{'workload':<10} {'pool ms':>9} {'paused ms':>10} {'ratio':>7} {'95% CI':>17} {'pairs':>5} {'k':>3}  verdict (target: CI within {target})")
     for name in workloads:
         if name not in entries:
-            row = {"workload": name, "status": "FAIL", "pairs": 0, "placement_ok": False,
-                   "placement": f"no result (exit {rc}{'; ' + '; '.join(errors) if errors else ''})"}
-            rows.append(row)
-            print(f"{name:<10} no result (exit {rc})  FAIL")
+            rows.append({"workload": name, "status": "FAIL", "pairs": 0, "placement_ok": False,
+                         "placement": failures[name]})
+            print(f"{name:<10} {failures[name]}  FAIL")
             continue
         row = summarize(entries[name], args.versus_cache)
         rows.append(row)

@@ -24,7 +24,7 @@ PyTorch's cache on (target 1%) and off, where the pool serves every tensor (targ
 bounds the pool's own work, not PyTorch's uncached path around it). Verdict PASS when that is under 1%. It covers the hooks' CPU work, not a different GPU
 memory placement; the step-time ratios above cover everything, to their resolution.
 
-With --in-process (inprocess.py), instead: ONE process with the shim, timing pairs of blocks
+With --in-process (inprocess.py), instead: ONE process with the shim per workload, timing pairs of blocks
 with PyTorch's memory in the pool and with the pool paused (rocmguard_pause), which resolves 1%
 where separate processes cannot, and covers what the bound does not: a different GPU memory
 placement. One INPROCESS-RESULT line.

@@ -8,9 +8,11 @@ Why: the driver runs once, remotely, on a machine this project cannot reach at w
 can go wrong in its own logic has to be found here. Run: python3 scripts/gpu/test_driver.py
 """
 
+import argparse
 import contextlib
 import io
 import json
+import os
 import sys
 import tempfile
 import unittest
@@ -27,7 +29,7 @@ import report  # noqa: E402
 import runner  # noqa: E402
 import shim_output  # noqa: E402
 from checks import cap, paths, reuse, step_time, swap, training, two_gpus  # noqa: E402
-from fake_gpu import FAKE_GPU, FIRST_USE, FakeGpu, in_process_row, stats_table  # noqa: E402
+from fake_gpu import FAKE_GPU, FIRST_USE, IN_PROCESS_CHILD, FakeGpu, in_process_row, stats_table  # noqa: E402
 
 GIB, MIB = shim_output.GIB, shim_output.MIB
 IPC_PATH = two_gpus.IPC_PATH
@@ -353,6 +355,28 @@ class InProcess(FakeRuns):
         self.assertEqual(inprocess.summarize(entry)["status"], "FAIL", "as a cache-on row: nothing pooled")
         pairs[3]["shim"]["misplaced_segments"] = 1  # PyTorch made a segment while its cache was off
         self.assertEqual(inprocess.summarize(entry, versus_cache=True)["status"], "FAIL")
+
+
+class InProcessWorkloads(unittest.TestCase):
+    def test_a_workload_that_fails_takes_no_other_result_with_it(self):
+        """One child per workload (fake_gpu.IN_PROCESS_CHILD): in session 29 a tensor the move
+        could not handle stopped the one child of every workload before its first pair."""
+        calls = []
+        with tempfile.TemporaryDirectory() as tmp:
+            child = Path(tmp) / "child.py"
+            child.write_text(IN_PROCESS_CHILD)
+            command = lambda args, w, budget: calls.append((w, budget)) or [sys.executable, str(child), "--in-process-child", w]  # noqa: E731
+            args = argparse.Namespace(workloads="crashes,moe", budget=60.0, versus_cache=True,
+                                      json=str(Path(tmp) / "overhead.json"))
+            with unittest.mock.patch.object(inprocess, "child_command", command), \
+                    contextlib.redirect_stdout(io.StringIO()):
+                rc = inprocess.parent(args, "librocmguard.so", dict(os.environ))
+            rows = {r["workload"]: r for r in json.loads(Path(args.json).read_text())["rows"]}
+        self.assertEqual((rc, rows["crashes"]["status"], rows["moe"]["status"]), (1, "FAIL", "PASS"))
+        self.assertIn("no result (exit 3", rows["crashes"]["placement"])
+        self.assertEqual([w for w, _ in calls], ["crashes", "moe"])
+        self.assertAlmostEqual(calls[0][1], 30.0, delta=1.0, msg="an equal share of the budget")
+        self.assertGreater(calls[1][1], 55.0, "the time a failed workload left goes to the rest")
 
 
 class TwoGpus(FakeRuns):
