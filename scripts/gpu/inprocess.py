@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """overhead.py --in-process: what PyTorch's memory living in rocmguard's pool costs a step, to
-within 1%, measured inside ONE process (separate processes on the shared GPU machines differ by
-10-15%, more than the target).
+within 1%, measured inside one process per workload (separate processes on the shared GPU
+machines differ by 10-15%, more than the target).
 
 For each workload, one process (its own, so that a workload that fails takes no other's result
 with it) runs with librocmguard.so preloaded and PyTorch's cache on. After a warm-up, many pairs
