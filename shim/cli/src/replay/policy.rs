@@ -431,7 +431,8 @@ impl Run for PoolRun {
 
 /// What a driver reserves for one request: a multiple of 2 MiB above 1 MiB, 256-byte granules
 /// below, packed without loss (the README's ideal-driver baseline, so passthrough is a lower bound
-/// of what no pool costs).
+/// of what no pool costs). ROCr rounds VRAM up to its fragment allocator's 2 MiB blocks
+/// (`MemoryRegion::BlockAllocator::alloc`, `amd_memory_region.cpp`), as CUDA does.
 pub fn driver_size(size: u64) -> u64 {
     let to = if size > SMALL_REQUEST { SEGMENT } else { 256 };
     size.max(1).div_ceil(to) * to
