@@ -62,18 +62,18 @@ def in_process_row(workload, ci=(0.997, 1.004), status="PASS", placement_ok=True
             "placement": "pool blocks: at least 100.0% pooled; 0 in the wrong place"}
 
 
-# A stand-in for overhead.py --in-process-child: each workload named gets 20 pairs of equal
+# A stand-in for overhead.py --in-process-child: the workload named gets 20 pairs of equal
 # blocks (PyTorch's cache off in the pool's, as --versus-cache), except "crashes", which exits 3.
 IN_PROCESS_CHILD = """
 import json, sys
-for name in sys.argv[sys.argv.index("--in-process-child") + 1].split(","):
-    if name == "crashes":
-        sys.exit(3)
-    block = {"median_ms": 100.0, "pooled_bytes": 0, "reserved_bytes": 0, "new_segments": 0,
-             "misplaced_segments": 0, "stuck_tensors": 0}
-    paused = dict(block, reserved_bytes=1 << 30, new_segments=2)
-    entry = {"workload": name, "steps_per_block": 8, "pairs": [{"shim": block, "paused": paused}] * 20}
-    print("INPROCESS-WORKLOAD " + json.dumps(entry), flush=True)
+name = sys.argv[sys.argv.index("--in-process-child") + 1]
+if name == "crashes":
+    sys.exit(3)
+block = {"median_ms": 100.0, "pooled_bytes": 0, "reserved_bytes": 0, "new_segments": 0,
+         "misplaced_segments": 0, "stuck_tensors": 0}
+paused = dict(block, reserved_bytes=1 << 30, new_segments=2)
+entry = {"workload": name, "steps_per_block": 8, "pairs": [{"shim": block, "paused": paused}] * 20}
+print("INPROCESS-WORKLOAD " + json.dumps(entry), flush=True)
 """
 
 

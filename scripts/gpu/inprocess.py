@@ -51,15 +51,13 @@ WORKLOAD_TAG = "INPROCESS-WORKLOAD"
 # Workloads whose shapes stay the same every step; every other one's shapes change, so its
 # warm-up replays the whole block once and the timed steps find the cache holding what they need.
 FIXED_SHAPES = {"gpt2", "resnet50", "compiled_gpt"}
-# Pairs a workload gets even past its share of the budget (never past the whole budget).
-MIN_PAIRS = 5
 # The share of PyTorch's reserved bytes that may stay where it was in a block (segments held by
 # something no tensor shows): more, and the block did not measure the placement it claims.
 STAYED = 0.05
 
 
-def child(workloads, budget_s, block_s, versus_cache=False):
-    """The measuring process (the shim preloaded): one WORKLOAD_TAG line per workload."""
+def child(name, budget_s, block_s, versus_cache=False):
+    """The measuring process for one workload (the shim preloaded): prints its WORKLOAD_TAG line."""
     import torch
 
     sys.path.insert(0, str(HERE))
@@ -94,112 +92,101 @@ def child(workloads, budget_s, block_s, versus_cache=False):
         return {(s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot() if s.get("device", 0) == device_index}
 
     device_index = torch.cuda.current_device()
-    for wi, name in enumerate(workloads):
-        left = budget_s - (time.monotonic() - started)
-        deadline = time.monotonic() + left / (len(workloads) - wi)
-        if name in w.BUILDERS:
-            warmup, _ = STEPS[name]
-            step = w.BUILDERS[name](device)
-        else:
-            warmup = 3
-            step = capture_traces.builder(name)[0](device)
-        times = []
-        for _ in range(max(3, warmup)):
+    if name in w.BUILDERS:
+        warmup, _ = STEPS[name]
+        step = w.BUILDERS[name](device)
+    else:
+        warmup = 3
+        step = capture_traces.builder(name)[0](device)
+    times = []
+    for _ in range(max(3, warmup)):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    k = steps_for(block_s, times[1:])
+    warm = 1 if name in FIXED_SHAPES else k
+    persistent = tensors(torch)
+    # What exists now is never garbage: the collector need not walk it again (a full
+    # collection over torch's and transformers' objects is a spike of its own in a step).
+    gc.freeze()
+
+    def block(paused, seed):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        kept = segments()
+        shim.rocmguard_pause(1 if paused else 0)
+        if versus_cache:
+            cache_enable(paused)
+        # What was made since the last look (gradients, mostly): not frozen, so found cheaply.
+        moving = {id(t): ref for ref in persistent + tensors(torch) for t in [ref()] if t is not None}
+        stuck = relocate(torch, list(moving.values()), pooled, want_pooled=not paused)
+        step.reseed(seed)
+        for _ in range(warm):
+            step()
+        torch.cuda.synchronize()
+        now = segments()
+        in_pool = {seg: pooled(seg[0]) for seg in now}
+        in_pool = {seg: ok and start == seg[0] and size >= seg[1] for seg, (ok, start, size) in in_pool.items()}
+        # With PyTorch's cache off, any segment of its own is in the wrong place.
+        misplaced = [seg for seg in now - kept if in_pool[seg] == paused or (versus_cache and not paused)]
+        pooled_bytes = sum(seg[1] for seg in now if in_pool[seg])
+        step.reseed(seed)
+        ms = []
+        gc.collect()
+        gc.disable()  # no collection inside a timed step; each block's garbage goes after it
+        for _ in range(k):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             step()
             torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        k = steps_for(block_s, times[1:])
-        warm = 1 if name in FIXED_SHAPES else k
-        persistent = tensors(torch)
-        # What exists now is never garbage: the collector need not walk it again (a full
-        # collection over torch's and transformers' objects is a spike of its own in a step).
-        gc.freeze()
+            ms.append((time.perf_counter() - t0) * 1e3)
+        gc.enable()
+        return {
+            "median_ms": statistics.median(ms),
+            "step_ms": ms,
+            "pooled_bytes": pooled_bytes,
+            "reserved_bytes": sum(seg[1] for seg in now),
+            "new_segments": len(now - kept),
+            "misplaced_segments": len(misplaced),
+            "stuck_tensors": stuck,
+        }
 
-        def block(paused, seed):
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-            kept = segments()
-            shim.rocmguard_pause(1 if paused else 0)
-            if versus_cache:
-                cache_enable(paused)
-            # What was made since the last look (gradients, mostly): not frozen, so found cheaply.
-            moving = {id(t): ref for ref in persistent + tensors(torch) for t in [ref()] if t is not None}
-            stuck = relocate(torch, list(moving.values()), pooled, want_pooled=not paused)
-            step.reseed(seed)
-            for _ in range(warm):
-                step()
-            torch.cuda.synchronize()
-            now = segments()
-            in_pool = {seg: pooled(seg[0]) for seg in now}
-            in_pool = {seg: ok and start == seg[0] and size >= seg[1] for seg, (ok, start, size) in in_pool.items()}
-            # With PyTorch's cache off, any segment of its own is in the wrong place.
-            misplaced = [seg for seg in now - kept if in_pool[seg] == paused or (versus_cache and not paused)]
-            pooled_bytes = sum(seg[1] for seg in now if in_pool[seg])
-            step.reseed(seed)
-            ms = []
-            gc.collect()
-            gc.disable()  # no collection inside a timed step; each block's garbage goes after it
-            for _ in range(k):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                step()
-                torch.cuda.synchronize()
-                ms.append((time.perf_counter() - t0) * 1e3)
-            gc.enable()
-            return {
-                "median_ms": statistics.median(ms),
-                "step_ms": ms,
-                "pooled_bytes": pooled_bytes,
-                "reserved_bytes": sum(seg[1] for seg in now),
-                "new_segments": len(now - kept),
-                "misplaced_segments": len(misplaced),
-                "stuck_tensors": stuck,
-            }
-
-        pairs = []
-        burn_in = True
-        seed = 1000 * wi
-        while True:
-            t0 = time.monotonic()
-            order = block_order(len(pairs) + (0 if burn_in else 1))
-            seed += 1
-            result = {paused: block(paused, seed) for paused in order}
-            pair = {"pool_first": not order[0], "shim": result[False], "paused": result[True]}
-            took = time.monotonic() - t0
-            # With PyTorch's cache off in the pool's block there is nothing of PyTorch's to pool:
-            # what it holds there (nothing, if the block is right) says more.
-            held = (f"PyTorch holds {pair['shim']['reserved_bytes'] >> 20} / {pair['paused']['reserved_bytes'] >> 20} MiB"
-                    if versus_cache else f"pooled {share(pair['shim']):.1%} / {share(pair['paused']):.1%} of reserved")
-            line = (
-                f"[{time.monotonic() - started:5.0f}s] {name} "
-                + ("burn-in" if burn_in else f"pair {len(pairs):3d}")
-                + f" ({'pool' if pair['pool_first'] else 'paused'} first): pool {pair['shim']['median_ms']:.2f} ms, "
-                f"paused {pair['paused']['median_ms']:.2f} ms, ratio {pair['shim']['median_ms'] / pair['paused']['median_ms']:.4f}; "
-                f"{held}; "
-                f"misplaced {pair['shim']['misplaced_segments'] + pair['paused']['misplaced_segments']}, "
-                f"stuck {pair['shim']['stuck_tensors'] + pair['paused']['stuck_tensors']}"
-            )
-            print(line, flush=True)
-            if burn_in:  # steps per block from steady steps, not the first ones
-                k = steps_for(block_s, [t / 1e3 for b in result.values() for t in b["step_ms"]])
-                warm = 1 if name in FIXED_SHAPES else k
-            else:
-                pairs.append(pair)
-            burn_in = False
-            now = time.monotonic()
-            if now + took > started + budget_s or (now + took > deadline and len(pairs) >= MIN_PAIRS):
-                break
-        shim.rocmguard_pause(0)
-        if versus_cache:
-            cache_enable(True)
-        print(WORKLOAD_TAG, json.dumps({"workload": name, "steps_per_block": k, "warmup_steps": warm, "pairs": pairs}), flush=True)
-        del step, persistent
-        gc.unfreeze()
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+    pairs = []
+    burn_in = True
+    seed = 0
+    while True:
+        t0 = time.monotonic()
+        order = block_order(len(pairs) + (0 if burn_in else 1))
+        seed += 1
+        result = {paused: block(paused, seed) for paused in order}
+        pair = {"pool_first": not order[0], "shim": result[False], "paused": result[True]}
+        took = time.monotonic() - t0
+        # With PyTorch's cache off in the pool's block there is nothing of PyTorch's to pool:
+        # what it holds there (nothing, if the block is right) says more.
+        held = (f"PyTorch holds {pair['shim']['reserved_bytes'] >> 20} / {pair['paused']['reserved_bytes'] >> 20} MiB"
+                if versus_cache else f"pooled {share(pair['shim']):.1%} / {share(pair['paused']):.1%} of reserved")
+        line = (
+            f"[{time.monotonic() - started:5.0f}s] {name} "
+            + ("burn-in" if burn_in else f"pair {len(pairs):3d}")
+            + f" ({'pool' if pair['pool_first'] else 'paused'} first): pool {pair['shim']['median_ms']:.2f} ms, "
+            f"paused {pair['paused']['median_ms']:.2f} ms, ratio {pair['shim']['median_ms'] / pair['paused']['median_ms']:.4f}; "
+            f"{held}; "
+            f"misplaced {pair['shim']['misplaced_segments'] + pair['paused']['misplaced_segments']}, "
+            f"stuck {pair['shim']['stuck_tensors'] + pair['paused']['stuck_tensors']}"
+        )
+        print(line, flush=True)
+        if burn_in:  # steps per block from steady steps, not the first ones
+            k = steps_for(block_s, [t / 1e3 for b in result.values() for t in b["step_ms"]])
+            warm = 1 if name in FIXED_SHAPES else k
+        else:
+            pairs.append(pair)
+        burn_in = False
+        now = time.monotonic()
+        if now + took > started + budget_s:
+            break
+    print(WORKLOAD_TAG, json.dumps({"workload": name, "steps_per_block": k, "warmup_steps": warm, "pairs": pairs}), flush=True)
     return 0
 
 

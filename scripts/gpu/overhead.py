@@ -184,7 +184,7 @@ def main():
     if args.in_process_child:
         import inprocess
 
-        return inprocess.child(args.in_process_child.split(","), args.budget, args.block_s, args.versus_cache)
+        return inprocess.child(args.in_process_child, args.budget, args.block_s, args.versus_cache)
 
     lib = str(Path(args.lib).resolve())
     if args.in_process:
