@@ -5,7 +5,8 @@ the TUNE traces added later (each says so; corpus.tsv is what decides a half). T
 language and sequence models here, their inference and serving in corpus_serving.py, vision and
 staged pipelines in corpus_vision.py, generation by beam search and diffusion sampling
 (TUNE traces written in session 23) in corpus_generation.py, programs whose sizes follow their
-data (REPORT traces written in session 30) in corpus_irregular.py. Same contract as workloads.py:
+data and everyday habits (REPORT traces written in session 30) in corpus_irregular.py and
+corpus_everyday.py. Same contract as workloads.py:
 `build_<name>(device, seed=0)` returns a function that runs one step; seeds are fixed, so every
 process of one workload runs the same sequence of shapes. Models are built from configs with
 random weights (nothing is downloaded). `CORPUS` maps each name to its builder and the number of
@@ -20,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import corpus_everyday
 import corpus_generation
 import corpus_irregular
 import corpus_serving
@@ -513,4 +515,5 @@ CORPUS = {
     **corpus_vision.CORPUS,
     **corpus_generation.CORPUS,
     **corpus_irregular.CORPUS,
+    **corpus_everyday.CORPUS,
 }
