@@ -63,7 +63,8 @@ def in_process_row(workload, ci=(0.997, 1.004), status="PASS", placement_ok=True
 
 
 # A stand-in for overhead.py --in-process-child: the workload named gets 20 pairs of equal
-# blocks (PyTorch's cache off in the pool's, as --versus-cache), except "crashes", which exits 3.
+# blocks (PyTorch's cache off in the pool's, as --versus-cache), except "crashes", which exits 3,
+# and "slow", whose warm-up took its whole share of the budget (no pairs).
 IN_PROCESS_CHILD = """
 import json, sys
 name = sys.argv[sys.argv.index("--in-process-child") + 1]
@@ -72,7 +73,8 @@ if name == "crashes":
 block = {"median_ms": 100.0, "pooled_bytes": 0, "reserved_bytes": 0, "new_segments": 0,
          "misplaced_segments": 0, "stuck_tensors": 0}
 paused = dict(block, reserved_bytes=1 << 30, new_segments=2)
-entry = {"workload": name, "steps_per_block": 8, "pairs": [{"shim": block, "paused": paused}] * 20}
+pairs = [] if name == "slow" else [{"shim": block, "paused": paused}] * 20
+entry = {"workload": name, "steps_per_block": 8, "pairs": pairs}
 print("INPROCESS-WORKLOAD " + json.dumps(entry), flush=True)
 """
 

@@ -355,10 +355,10 @@ def parent(args, lib, env):
     target = TARGETS["versus-cache" if args.versus_cache else "shim"]
     print(f"in-process A/B, one process per workload with {lib} preloaded, {what}; budget {args.budget:.0f} s",
           flush=True)
-    entries, failures = {}, {}
+    entries, failures, shares = {}, {}, {}
     started = time.monotonic()
     for i, name in enumerate(workloads):
-        budget = (args.budget - (time.monotonic() - started)) / (len(workloads) - i)
+        shares[name] = budget = (args.budget - (time.monotonic() - started)) / (len(workloads) - i)
         entry, rc, errors = run_child(child_command(args, name, budget), env, budget)
         if entry is not None:
             entries[name] = entry
@@ -375,6 +375,8 @@ def parent(args, lib, env):
         row = summarize(entries[name], args.versus_cache)
         rows.append(row)
         if row["ratio"] is None:
+            row["placement"] = (f"no pairs within its {shares[name]:.0f} s share of the budget (warm-up and burn-in took it): "
+                                "run it alone or with a larger --budget")
             print(f"{name:<10} no pairs  {row['status']}")
             continue
         lo, hi = row["ci"]
@@ -382,7 +384,8 @@ def parent(args, lib, env):
               f"{row['pairs']:5d} {row['steps_per_block']:3d}  {row['status']}")
     print("\nwhere the memory was (rocmguard_pooled on each of PyTorch's segments):")
     for row in rows:
-        print(f"  {row['workload']}: {row['placement']}" + ("" if row.get("placement_ok") else "  -> FAIL"))
+        failed = not row.get("placement_ok") and (row["pairs"] > 0 or row["workload"] in failures)
+        print(f"  {row['workload']}: {row['placement']}" + ("  -> FAIL" if failed else ""))
     print(TAG + " " + json.dumps([{k: v for k, v in r.items() if k != "ratios"} for r in rows]), flush=True)
     mode = "in-process versus cache" if args.versus_cache else "in-process"
     Path(args.json).write_text(json.dumps({"mode": mode, "rows": rows, "workloads": entries}, indent=1))
