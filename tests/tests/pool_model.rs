@@ -33,7 +33,7 @@ fn size() -> impl Strategy<Value = u64> {
 /// same state) among other operations.
 fn ops_with_pairs() -> impl Strategy<Value = Vec<Op>> {
     // Half the pairs of the bench's sizes, so that sizes come back to states seen before.
-    let sizes = proptest::sample::select(vec![512u64, 4096, 65536, 1 << 20, 3 << 20, 8 << 20]);
+    let sizes = proptest::sample::select(BENCH_SIZES.to_vec());
     let pair = prop_oneof![size(), sizes];
     let step = prop_oneof![
         3 => pair.prop_map(|n| vec![Op::Alloc(n), Op::FreeLast]),
@@ -53,6 +53,8 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 const DEVICE: u64 = 1 << 30;
+/// The sizes `tests/c/bench_pairs.c` (the hot-path bench) allocates and frees in turn.
+const BENCH_SIZES: [u64; 6] = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
 
 /// A pool's figures without the wall time of its device calls: what two pools that decide
 /// alike agree on.
@@ -470,13 +472,12 @@ fn a_small_request_spares_an_idle_piece() {
 /// the block the pair before left parked, see `pool/fast.rs`) among other allocations and
 /// frees, nothing else between them.
 fn ops_with_repeated_pairs() -> impl Strategy<Value = Vec<Op>> {
-    const BENCH: [u64; 6] = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
-    let sizes = proptest::sample::select(BENCH.to_vec());
+    let sizes = proptest::sample::select(BENCH_SIZES.to_vec());
     let repeated = (prop_oneof![size(), sizes], 1usize..6)
         .prop_map(|(n, k)| (0..k).flat_map(|_| [Op::Alloc(n), Op::FreeLast]).collect());
     let in_turn = (1usize..4).prop_map(|k| {
         (0..k)
-            .flat_map(|_| BENCH)
+            .flat_map(|_| BENCH_SIZES)
             .flat_map(|n| [Op::Alloc(n), Op::FreeLast])
             .collect()
     });
@@ -581,12 +582,11 @@ fn pairs_of_one_size_are_served_from_the_parked_block() {
 
 #[test]
 fn pairs_of_sizes_in_turn_resize_the_parked_block() {
-    let sizes = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
-    for (k, (size, replayed, refiles)) in pair_counts(&sizes, 5).into_iter().enumerate() {
+    for (k, (size, replayed, refiles)) in pair_counts(&BENCH_SIZES, 5).into_iter().enumerate() {
         assert_eq!(replayed, 1, "{} bytes", size);
         // A size after one of its own pool (small: up to 1 MiB; large) is served from the
         // parked block with one refile, where a merge and a split make two.
-        let same_pool = k % sizes.len() % 4 != 0;
+        let same_pool = !(k % BENCH_SIZES.len()).is_multiple_of(4);
         assert_eq!(refiles, if same_pool { 1 } else { 2 }, "{} bytes", size);
     }
 }
@@ -601,9 +601,8 @@ fn pairs_of_sizes_in_turn_split_and_merge_in_place() {
             let kept = pools[0].alloc(size).unwrap();
             assert_eq!(Ok(kept), pools[1].alloc(size));
         }
-        let sizes = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
         for round in 0..4 {
-            for size in sizes {
+            for size in BENCH_SIZES {
                 let before = pools[0].in_place_updates();
                 let replayed = pools[0].replayed_requests();
                 let a = pools[0].alloc(size).unwrap();
@@ -696,7 +695,7 @@ fn a_pair_that_reorders_a_class_is_no_undo() {
 fn pairs_at_a_round_free_block_are_replayed() {
     let pools = twin_pools(true);
     for round in 0..5 {
-        for size in [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20] {
+        for size in BENCH_SIZES {
             let replayed = pools[0].replayed_requests();
             let a = pools[0].alloc(size).unwrap();
             assert_eq!(Ok(a), pools[1].alloc(size));
@@ -873,8 +872,7 @@ fn a_block_found_mapped_is_handed_out_at_once_and_counted_a_hit() {
     pool.free(a);
     pool.free(page);
     let before = pool.stats();
-    let sizes = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20];
-    for size in sizes {
+    for size in BENCH_SIZES {
         let b = pool.alloc(size).unwrap();
         let at = if size <= SMALL_REQUEST { page } else { a };
         assert_eq!(b, at, "{} bytes served at the mapped block's start", size);
@@ -886,7 +884,7 @@ fn a_block_found_mapped_is_handed_out_at_once_and_counted_a_hit() {
     assert_eq!(s.source_allocs, before.source_allocs, "no device call");
     assert_eq!(
         s.pool_hits - before.pool_hits,
-        sizes.len() as u64,
+        BENCH_SIZES.len() as u64,
         "each a hit"
     );
     let c = pool.alloc(12 << 20).unwrap();
