@@ -14,7 +14,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from corpus_serving import GqaLM
-from workloads import grown_cache
 
 
 class ViT(nn.Module):
@@ -140,26 +139,6 @@ def build_ppo_rollout(device, seed=0):
     return step
 
 
-class VisionLM(GqaLM):
-    """GqaLM whose first call takes embeddings: image tokens, then the prompt's."""
-
-    def forward(self, tokens, cache, image=None):
-        if image is None:
-            return super().forward(tokens, cache)
-        x = torch.cat([image, self.embed(tokens)], 1)
-        b, t, d = x.shape
-        for i, L in enumerate(self.blocks):
-            h = L["n1"](x)
-            q = L["q"](h).view(b, t, self.heads, self.hd).transpose(1, 2)
-            k, v = (z.transpose(1, 2) for z in L["kv"](h).view(b, t, 2, self.kv_heads, self.hd).unbind(2))
-            k, v = grown_cache(cache, i, k, v)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            x = x + L["o"](a.transpose(1, 2).reshape(b, t, d))
-            g, u = L["gate_up"](L["n2"](x)).chunk(2, -1)
-            x = x + L["down"](F.silu(g) * u)
-        return self.head(self.norm(x[:, -1]))
-
-
 def build_vlm_infer(device, seed=0):
     """LLaVA-like inference, fp16: a ViT-B/14 (12 x 768) encodes 1..6 tiles of 336 px a request
     (dynamic tiling), a 2-layer MLP projects each tile's 576 tokens to the width of a 16 x 2048
@@ -168,7 +147,7 @@ def build_vlm_infer(device, seed=0):
     A prefill of up to 3,968 tokens next to caches of a few MiB."""
     vit = ViT(768, 12, 12, 14, side=336).to(device).half().eval()
     project = nn.Sequential(nn.Linear(768, 2048), nn.GELU(), nn.Linear(2048, 2048)).to(device).half().eval()
-    lm = VisionLM(32000, 2048, 16, 4, 16, 5632).to(device).half().eval()
+    lm = GqaLM(32000, 2048, 16, 4, 16, 5632).to(device).half().eval()
     rng = random.Random(seed)
 
     def sample(logits):

@@ -89,6 +89,11 @@ def build_nmt_beam(device, seed=0):
     return step
 
 
+def rotary(z, cos, sin):
+    """`z` turned by rotary positions (its halves swapped, the first negated, as Llama does)."""
+    return (z * cos) + (torch.cat([-z[..., z.shape[-1] // 2:], z[..., : z.shape[-1] // 2]], -1) * sin)
+
+
 class RopeDiT(nn.Module):
     """A DiT-like denoiser (12 x 768, patch 2) with 2-D rotary positions: each (height, width)
     gets its cos and sin tables the first time it is seen, made inside the forward after the
@@ -132,9 +137,7 @@ class RopeDiT(nn.Module):
             q, k, v = (heads_of(z, self.heads) for z in blk["qkv"](blk["ln1"](tokens) * (1 + g1) + s1).chunk(3, -1))
             if table is None:
                 table = self.rope(hgt // p, wid // p, x.device, x.dtype)
-            cos, sin = table
-            q, k = ((z * cos) + (torch.cat([-z[..., z.shape[-1] // 2:], z[..., : z.shape[-1] // 2]], -1) * sin)
-                    for z in (q, k))
+            q, k = (rotary(z, *table) for z in (q, k))
             y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2)
             tokens = tokens + blk["proj"](y)
             tokens = tokens + blk["mlp"](blk["ln2"](tokens) * (1 + g2) + s2)

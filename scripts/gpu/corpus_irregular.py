@@ -14,6 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from corpus_generation import rotary
+
 
 class SageLayer(nn.Module):
     """GraphSAGE with mean aggregation: x_i' = W1 x_i + W2 mean over edges j -> i of x_j."""
@@ -117,7 +119,7 @@ class PackedBlock(nn.Module):
     def forward(self, x, cos, sin, mask):
         t, d = x.shape[1], x.shape[2]
         q, k, v = (z.view(1, t, self.heads, d // self.heads).transpose(1, 2) for z in self.qkv(self.n1(x)).chunk(3, -1))
-        q, k = (z * cos + torch.cat([-z[..., z.shape[-1] // 2:], z[..., : z.shape[-1] // 2]], -1) * sin for z in (q, k))
+        q, k = (rotary(z, cos, sin) for z in (q, k))
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.o(a.transpose(1, 2).reshape(1, t, d))
         g, u = self.gate_up(self.n2(x)).chunk(2, -1)

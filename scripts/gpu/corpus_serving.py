@@ -196,9 +196,12 @@ class GqaLM(nn.Module):
             for _ in range(layers))
         self.norm = nn.RMSNorm(dim)
 
-    def forward(self, tokens, cache):
-        """Logits of the last position; each layer's (k, v) in `cache` grown by concatenation."""
+    def forward(self, tokens, cache, image=None):
+        """Logits of the last position; each layer's (k, v) in `cache` grown by concatenation.
+        `image` tokens (a vision-language model's, already at the model's width) go first."""
         x = self.embed(tokens)
+        if image is not None:
+            x = torch.cat([image, x], 1)
         b, t, d = x.shape
         for i, L in enumerate(self.blocks):
             h = L["n1"](x)
