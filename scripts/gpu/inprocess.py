@@ -13,7 +13,8 @@ kind, empty the cache again, warm-up steps, then k timed steps (the garbage coll
 blocks of a pair replay the same sequence of shapes (`step.reseed`). The figure per pair is
 median(pool block) / median(paused block); the result is the median over pairs with a 95%
 bootstrap confidence interval: PASS when the whole interval is within 1.01, FAIL when wholly
-past it, UNRESOLVED otherwise (also under 3 pairs).
+past it, UNRESOLVED otherwise (also under 3 pairs). Each pair's line also gives each block's
+seconds in all and in moving tensors, which is what decides how many pairs a budget buys.
 
 Every hook is the same in both blocks (only where new allocations go differs), so this measures
 the placement: pooled, virtually mapped pieces against the runtime's own cudaMalloc. The hooks'
@@ -113,6 +114,7 @@ def child(name, budget_s, block_s, versus_cache=False):
     gc.freeze()
 
     def block(paused, seed):
+        began = time.monotonic()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         kept = segments()
@@ -122,6 +124,7 @@ def child(name, budget_s, block_s, versus_cache=False):
         # What was made since the last look (gradients, mostly): not frozen, so found cheaply.
         moving = {id(t): ref for ref in persistent + tensors(torch) for t in [ref()] if t is not None}
         stuck = relocate(torch, list(moving.values()), pooled, want_pooled=not paused)
+        moved = time.monotonic()
         step.reseed(seed)
         for _ in range(warm):
             step()
@@ -144,6 +147,9 @@ def child(name, budget_s, block_s, versus_cache=False):
             ms.append((time.perf_counter() - t0) * 1e3)
         gc.enable()
         return {
+            # Where a block's time goes (seconds): moving the tensors, then all of it.
+            "moving_s": moved - began,
+            "block_s": time.monotonic() - began,
             "median_ms": statistics.median(ms),
             "step_ms": ms,
             "pooled_bytes": pooled_bytes,
@@ -173,6 +179,8 @@ def child(name, budget_s, block_s, versus_cache=False):
             + f" ({'pool' if pair['pool_first'] else 'paused'} first): pool {pair['shim']['median_ms']:.2f} ms, "
             f"paused {pair['paused']['median_ms']:.2f} ms, ratio {pair['shim']['median_ms'] / pair['paused']['median_ms']:.4f}; "
             f"{held}; "
+            f"blocks {pair['shim']['block_s']:.1f} / {pair['paused']['block_s']:.1f} s, moving "
+            f"{pair['shim']['moving_s']:.1f} / {pair['paused']['moving_s']:.1f}; "
             f"misplaced {pair['shim']['misplaced_segments'] + pair['paused']['misplaced_segments']}, "
             f"stuck {pair['shim']['stuck_tensors'] + pair['paused']['stuck_tensors']}"
         )
