@@ -117,12 +117,12 @@ def child(args):
 
 
 def tasks(names=None):
-    """(name, mode, alloc conf), in launch order: the compiled model first (its measuring runs
-    then find Inductor's cache warm), recordings before measurements; only `names` where given
-    (a REPORT workload is recorded and measured, a TUNE one measured)."""
+    """(name, mode, alloc conf), in launch order: the compiled models first (their measuring
+    runs then find Inductor's cache warm), recordings before measurements; only `names` where
+    given (a REPORT workload is recorded and measured, a TUNE one measured)."""
     import corpus_workloads
 
-    report = sorted(corpus_workloads.CORPUS, key=lambda n: n != "compiled_gpt")
+    report = sorted(corpus_workloads.CORPUS, key=lambda n: not n.startswith("compiled_"))
     tune = list(TUNE_STEPS)
     if names:
         report, tune = [n for n in report if n in names], [n for n in tune if n in names]
