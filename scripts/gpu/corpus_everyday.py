@@ -68,7 +68,14 @@ def build_train_eval(device, seed=0):
             logs.append(correct)
             model.train()
 
-    step.reseed = rng.seed
+    def reseed(seed):
+        # The log and evaluation schedule follows len(losses): it restarts too, so that two
+        # blocks of one seed do the same work (inprocess.py).
+        rng.seed(seed)
+        losses.clear()
+        accuracies.clear()
+
+    step.reseed = reseed
     return step
 
 
@@ -209,7 +216,13 @@ def build_shampoo_train(device, seed=0):
                 p.sub_(direction * (3e-4 * adam_size / (direction.norm() + 1e-12)))
         model.zero_grad(set_to_none=True)
 
-    step.reseed = rng.seed
+    def reseed(seed):
+        # The roots' schedule (every 4th step) restarts too, so that two blocks of one seed do
+        # the same work (inprocess.py).
+        rng.seed(seed)
+        count[0] = 0
+
+    step.reseed = reseed
     return step
 
 

@@ -3,8 +3,9 @@
 nothing of any allocator. Each `build_*` returns a function that runs one step and returns
 nothing; the caller times it. Seeds are fixed, so every process runs the same sequence of
 shapes and the runs with and without the shim do the same work; `step.reseed(n)` starts the
-sequence of shapes again from seed n (overhead.py --in-process times the same sequence in both
-halves of a pair).
+sequence of shapes again from seed n, and any schedule the steps keep (every k-th step
+evaluates, say) with it (overhead.py --in-process times the same sequence in both halves of a
+pair).
 
 - gpt2, resnet50: the training steps of train.py (cache-friendly, compute-bound).
 - decode: small-batch autoregressive decoding with variable prompt and output lengths and a
