@@ -169,22 +169,8 @@ def child(name, budget_s, block_s, versus_cache=False):
         result = {paused: block(paused, seed) for paused in order}
         pair = {"pool_first": not order[0], "shim": result[False], "paused": result[True]}
         took = time.monotonic() - t0
-        # With PyTorch's cache off in the pool's block there is nothing of PyTorch's to pool:
-        # what it holds there (nothing, if the block is right) says more.
-        held = (f"PyTorch holds {pair['shim']['reserved_bytes'] >> 20} / {pair['paused']['reserved_bytes'] >> 20} MiB"
-                if versus_cache else f"pooled {share(pair['shim']):.1%} / {share(pair['paused']):.1%} of reserved")
-        line = (
-            f"[{time.monotonic() - started:5.0f}s] {name} "
-            + ("burn-in" if burn_in else f"pair {len(pairs):3d}")
-            + f" ({'pool' if pair['pool_first'] else 'paused'} first): pool {pair['shim']['median_ms']:.2f} ms, "
-            f"paused {pair['paused']['median_ms']:.2f} ms, ratio {pair['shim']['median_ms'] / pair['paused']['median_ms']:.4f}; "
-            f"{held}; "
-            f"blocks {pair['shim']['block_s']:.1f} / {pair['paused']['block_s']:.1f} s, moving "
-            f"{pair['shim']['moving_s']:.1f} / {pair['paused']['moving_s']:.1f}; "
-            f"misplaced {pair['shim']['misplaced_segments'] + pair['paused']['misplaced_segments']}, "
-            f"stuck {pair['shim']['stuck_tensors'] + pair['paused']['stuck_tensors']}"
-        )
-        print(line, flush=True)
+        which = "burn-in" if burn_in else f"pair {len(pairs):3d}"
+        print(f"[{time.monotonic() - started:5.0f}s] {name} {which} {pair_line(pair, versus_cache)}", flush=True)
         if burn_in:  # steps per block from steady steps, not the first ones
             k = steps_for(block_s, [t / 1e3 for b in result.values() for t in b["step_ms"]])
             warm = 1 if name in FIXED_SHAPES else k
@@ -196,6 +182,23 @@ def child(name, budget_s, block_s, versus_cache=False):
             break
     print(WORKLOAD_TAG, json.dumps({"workload": name, "steps_per_block": k, "warmup_steps": warm, "pairs": pairs}), flush=True)
     return 0
+
+
+def pair_line(pair, versus_cache):
+    """What a pair's log line says of it: each block's median step, their ratio, where the
+    memory was, each block's seconds in all and in moving tensors, and the placement checks."""
+    shim, paused = pair["shim"], pair["paused"]
+    # With PyTorch's cache off in the pool's block there is nothing of PyTorch's to pool: what
+    # it holds there (nothing, if the block is right) says more.
+    held = (f"PyTorch holds {shim['reserved_bytes'] >> 20} / {paused['reserved_bytes'] >> 20} MiB"
+            if versus_cache else f"pooled {share(shim):.1%} / {share(paused):.1%} of reserved")
+    return (
+        f"({'pool' if pair['pool_first'] else 'paused'} first): pool {shim['median_ms']:.2f} ms, "
+        f"paused {paused['median_ms']:.2f} ms, ratio {shim['median_ms'] / paused['median_ms']:.4f}; {held}; "
+        f"blocks {shim['block_s']:.1f} / {paused['block_s']:.1f} s, moving {shim['moving_s']:.1f} / "
+        f"{paused['moving_s']:.1f}; misplaced {shim['misplaced_segments'] + paused['misplaced_segments']}, "
+        f"stuck {shim['stuck_tensors'] + paused['stuck_tensors']}"
+    )
 
 
 def block_order(n):

@@ -357,6 +357,20 @@ class InProcess(FakeRuns):
         self.assertEqual(inprocess.summarize(entry, versus_cache=True)["status"], "FAIL")
 
 
+    def test_a_pairs_line_says_where_its_blocks_time_went(self):
+        """A pair's line gives each block's seconds in all and in moving tensors (what decides
+        how many pairs a budget buys: shampoo_train's took 18 s for 1.2 s of timed steps)."""
+        def block(ms, total, moving):
+            return {"median_ms": ms, "pooled_bytes": 0, "reserved_bytes": 0, "misplaced_segments": 0,
+                    "stuck_tensors": 0, "block_s": total, "moving_s": moving}
+
+        pair = {"pool_first": True, "shim": block(40.0, 9.25, 7.5), "paused": block(38.0, 8.5, 6.25)}
+        line = inprocess.pair_line(pair, versus_cache=True)
+        self.assertIn("pool 40.00 ms, paused 38.00 ms, ratio 1.0526", line)
+        self.assertIn("blocks 9.2 / 8.5 s, moving 7.5 / 6.2", line)
+        self.assertIn("PyTorch holds 0 / 0 MiB", line)
+
+
 class InProcessWorkloads(unittest.TestCase):
     def test_a_workload_that_fails_takes_no_other_result_with_it(self):
         """One child per workload (fake_gpu.IN_PROCESS_CHILD; session 29 lost every workload to one
