@@ -7,8 +7,8 @@ A trace is `<name>.csv.gz` in the RMM allocation-log layout of data/traces (allo
 the tensors, segment_alloc/segment_free for what the caching allocator took from the driver).
 Workloads: the TUNE half's moe, decode, unet, lora (workloads.py) and the REPORT half
 (corpus_workloads.py, corpus_serving.py, corpus_vision.py, corpus_generation.py,
-corpus_irregular.py, corpus_everyday.py, corpus_machinery.py); data/traces/corpus.tsv says
-which is which.
+corpus_irregular.py, corpus_everyday.py, corpus_machinery.py, corpus_kinds.py);
+data/traces/corpus.tsv says which is which.
 
 Usage:
   capture_traces.py OUTDIR [--steps N] [--only a,b]     record traces in this process

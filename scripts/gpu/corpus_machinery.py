@@ -5,7 +5,8 @@ programs whose memory is laid out by PyTorch's own machinery rather than by the 
 FSDP2 gathering and freeing each block's parameters around its forward and backward; Inductor
 planning buffers for a graph of symbolic sizes; a contrastive dual encoder whose two towers
 see a new batch every step; a transformer encoder over nested (jagged) tensors, whose packed
-sizes are the sum of the batch's lengths. Every size comes from the step's own
+sizes are the sum of the batch's lengths; autograd moving every saved activation to the host
+and back. Every size comes from the step's own
 `random.Random`."""
 
 import random
@@ -169,10 +170,37 @@ def build_nested_encoder(device, seed=0):
     return step
 
 
+def build_offload_activations(device, seed=0):
+    """A 12 x 1024 language model (vocab 50257) trained with every activation saved for the
+    backward moved to pinned host memory as it is made and brought back when the backward
+    needs it (`torch.autograd.graph.save_on_cpu`), bf16 autocast, AdamW; batch x sequence
+    drawn every step (8,192 tokens). The forward frees each activation soon after making it,
+    the backward makes them again one layer at a time."""
+    from corpus_workloads import LM, lm_loss
+
+    model = LM(50257, 1024, 16, 12).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    pinned = torch.device(device).type == "cuda"
+    rng = random.Random(seed)
+
+    def step():
+        t = rng.choice((256, 384, 512, 768, 1024))
+        tokens = torch.randint(0, 50257, (max(2, 8192 // t), t), device=device)
+        with torch.autograd.graph.save_on_cpu(pin_memory=pinned), torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = lm_loss(model(tokens), tokens)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step.reseed = rng.seed
+    return step
+
+
 # name -> (builder, steps recorded). Steps keep a trace near or under 100k rows.
 CORPUS = {
     "fsdp_shard": (build_fsdp_shard, 10),
     "compiled_dynamic": (build_compiled_dynamic, 12),
     "clip_contrastive": (build_clip_contrastive, 12),
     "nested_encoder": (build_nested_encoder, 10),
+    "offload_activations": (build_offload_activations, 10),
 }

@@ -6,8 +6,9 @@ language and sequence models here, their inference and serving in corpus_serving
 staged pipelines in corpus_vision.py, generation by beam search and diffusion sampling
 (TUNE traces written in session 23) in corpus_generation.py, programs whose sizes follow their
 data and everyday habits (REPORT traces written in session 30) in corpus_irregular.py and
-corpus_everyday.py, programs laid out by PyTorch's own machinery (REPORT traces written in
-session 31) in corpus_machinery.py. Same contract as workloads.py:
+corpus_everyday.py, programs laid out by PyTorch's own machinery and kinds of model the
+corpus lacked (REPORT traces written in session 31) in corpus_machinery.py and corpus_kinds.py.
+Same contract as workloads.py:
 `build_<name>(device, seed=0)` returns a function that runs one step; seeds are fixed, so every
 process of one workload runs the same sequence of shapes. Models are built from configs with
 random weights (nothing is downloaded). `CORPUS` maps each name to its builder and the number of
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 import corpus_everyday
 import corpus_generation
 import corpus_irregular
+import corpus_kinds
 import corpus_machinery
 import corpus_serving
 import corpus_vision
@@ -519,4 +521,5 @@ CORPUS = {
     **corpus_irregular.CORPUS,
     **corpus_everyday.CORPUS,
     **corpus_machinery.CORPUS,
+    **corpus_kinds.CORPUS,
 }
