@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Tests of the step-time figures of corpus_check.py and step_rounds.py, from made-up step lists
+(no GPU). test_driver.py runs them with the rest; this file runs them alone."""
+
+import contextlib
+import io
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import corpus_check  # noqa: E402
+import step_rounds  # noqa: E402
+
+
+class CorpusStepTime(unittest.TestCase):
+    """corpus_check's step-time figures from made-up step lists (seconds), as a run's JSON
+    holds them: a step disturbed now and then must move the ratio of median steps (MEDTIME)
+    far less than the ratio of sums (TIME)."""
+
+    def pairs(self, spike):
+        # Eight pairs; the shim's steps 2% longer; in every other pair one shim step spiked.
+        times = {}
+        for k in range(8):
+            shim = [0.5] + [0.0102] * 19
+            if k % 2:
+                shim[5] = spike
+            times[("w", k)] = {"shim": shim, "torch": [0.5] + [0.0100] * 19}
+        return times
+
+    def test_a_spike_moves_the_sums_not_the_medians(self):
+        out = {"step_time": {}}
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            corpus_check.report_times(self.pairs(spike=0.05), out)
+        figures = out["step_time"]["w"]
+        self.assertAlmostEqual(figures["median_step_median"], 1.02, places=6)
+        self.assertEqual(figures["median_step_interval"], (1.02, 1.02))
+        low, high = figures["interval"]
+        self.assertLess(low, 1.03)
+        self.assertGreater(high, 1.2, "the spiked pairs' sums")
+        self.assertEqual(sorted(figures["steps"]), list(range(8)), "every step kept")
+        self.assertIn("MEDTIME w", printed.getvalue())
+
+    def test_the_first_step_is_left_out(self):
+        shim, torch = [9.0, 1.0, 1.0, 1.0], [0.1, 1.0, 1.0, 1.0]
+        self.assertEqual(corpus_check.pair_ratio_of_medians(shim, torch), 1.0)
+        self.assertEqual(corpus_check.pair_ratio(shim, torch), 1.0)
+
+    def test_pair_skip_leaves_out_the_warm_up(self):
+        # PyTorch's own warm-up swings by far more than the pool's cost (seg_infer: 8-9 steps,
+        # +-100 ms): with --pair-skip past it, only the steady steps count.
+        shim = [0.5, 0.30, 0.20, 0.0102, 0.0102, 0.0102]
+        torch = [0.5, 0.10, 0.25, 0.0100, 0.0100, 0.0100]
+        self.assertGreater(corpus_check.pair_ratio(shim, torch), 1.3)
+        self.assertAlmostEqual(corpus_check.pair_ratio(shim, torch, 3), 1.02, places=9)
+        self.assertAlmostEqual(corpus_check.pair_ratio_of_medians(shim, torch, 3), 1.02, places=9)
+        out = {"step_time": {}}
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            corpus_check.report_times({("w", 0): {"shim": shim, "torch": torch}}, out, 3)
+        self.assertEqual(out["step_time"]["w"]["skip"], 3)
+        self.assertAlmostEqual(out["step_time"]["w"]["median"], 1.02, places=9)
+        self.assertIn("after the first 3,", printed.getvalue())
+
+    def test_memory_runs_keep_the_budget_nothing_later_needs(self):
+        self.assertEqual(corpus_check.memory_deadline(150, 0, False), 150)
+        self.assertEqual(corpus_check.memory_deadline(510, 160, False), 320, "pairs: 30 s for them to start")
+        self.assertEqual(corpus_check.memory_deadline(300, 0, True), 270)
+        self.assertEqual(corpus_check.memory_deadline(60, 0, False), 120, "at least 120 s")
+
+    def test_every_workload_gets_its_first_pair_before_any_its_second(self):
+        # A budget that ends after three pairs' processes must have timed all three workloads.
+        order = corpus_check.pair_order(["a", "b", "c"], 2)
+        self.assertEqual(len(order), 12)
+        self.assertEqual({w for w, _, _ in order[:6]}, {"a", "b", "c"})
+        self.assertEqual(order[:2], [("a", 0, "torch"), ("a", 0, "shim")], "a pair runs together")
+        self.assertEqual(order[6:8], [("a", 1, "shim"), ("a", 1, "torch")], "its order alternates")
+
+
+class StepRounds(unittest.TestCase):
+    """step_rounds.py's arms and its three figures of a round."""
+
+    def test_an_arm_is_a_name_and_settings(self):
+        self.assertEqual(step_rounds.parse_arm("default:"), ("default", {}))
+        self.assertEqual(step_rounds.parse_arm("s:ROCMGUARD_PEAK_SLACK=25%;ROCMGUARD_VMM=0"),
+                         ("s", {"ROCMGUARD_PEAK_SLACK": "25%", "ROCMGUARD_VMM": "0"}))
+
+    def test_a_round_gives_the_sum_and_the_medians(self):
+        torch = [0.5] + [0.010] * 11 + [0.020]
+        shim = [0.9] + [0.010] * 11 + [0.030]
+        f = step_rounds.figures(shim, torch, 10)
+        self.assertAlmostEqual(f["medtime"], 1.0, places=9, msg="one slow step leaves the median")
+        self.assertAlmostEqual(f["median_after_skip"], 1.0, places=9)
+        self.assertAlmostEqual(f["sum_after_skip"], 0.050 / 0.040, places=9, msg="the sum shows it")
+
+    def test_the_shim_arm_preloads_with_pytorch_cache_off(self):
+        env = step_rounds.arm_env("lib.so", {"ROCMGUARD_PEAK_SLACK": "25%"})
+        self.assertTrue(env["LD_PRELOAD"].endswith("lib.so"))
+        self.assertEqual(env["PYTORCH_NO_CUDA_MEMORY_CACHING"], "1")
+        self.assertEqual(env["ROCMGUARD_PEAK_SLACK"], "25%")
+        self.assertNotIn("LD_PRELOAD", step_rounds.arm_env("lib.so", None))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
