@@ -91,7 +91,7 @@ class VideoBlock(nn.Module):
 
 def build_video_r2plus1d(device, seed=0):
     """R(2+1)D-10-like video classification (stages of 64..512 channels, 400 classes) trained
-    with SGD and momentum under bf16 autocast: batch 4..16 of clips of 8..32 frames at 112..176
+    with SGD and momentum under bf16 autocast: batch 4..12 of clips of 8..24 frames at 112..160
     px drawn per step. 5-D activations whose sizes follow frames x pixels, and cuDNN's 3-D
     convolution work areas from PyTorch's allocator."""
     stem = nn.Sequential(nn.Conv3d(3, 64, (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False), nn.BatchNorm3d(64), nn.ReLU())
@@ -101,7 +101,7 @@ def build_video_r2plus1d(device, seed=0):
     rng = random.Random(seed)
 
     def step():
-        batch, frames, px = rng.randint(4, 16), rng.randrange(8, 33, 8), rng.randrange(112, 177, 16)
+        batch, frames, px = rng.randint(4, 12), rng.randrange(8, 25, 8), rng.randrange(112, 161, 16)
         clips = torch.randn(batch, 3, frames, px, px, device=device)
         labels = torch.randint(0, 400, (batch,), device=device)
         with torch.autocast("cuda", dtype=torch.bfloat16):

@@ -140,7 +140,7 @@ class JaggedLayer(nn.Module):
 
 
 def build_nested_encoder(device, seed=0):
-    """A BERT-base-sized encoder (12 x 768) fine-tuned on nested jagged tensors: 16..64
+    """A BERT-base-sized encoder (12 x 768) fine-tuned on nested jagged tensors: 16..48
     documents a step of 32..512 tokens each, packed without padding, bf16 autocast, AdamW,
     each document mean-pooled into a classifier. Every activation is sized by the sum of the
     step's lengths, a new size nearly every step."""
@@ -152,7 +152,7 @@ def build_nested_encoder(device, seed=0):
     rng = random.Random(seed)
 
     def step():
-        lengths = [rng.randint(32, 512) for _ in range(rng.randint(16, 64))]
+        lengths = [rng.randint(32, 512) for _ in range(rng.randint(16, 48))]
         docs = [torch.randint(0, 30522, (n,), device=device) for n in lengths]
         tokens = torch.nested.nested_tensor(docs, layout=torch.jagged)
         with torch.autocast("cuda", dtype=torch.bfloat16):
