@@ -5,10 +5,9 @@ with its default settings and with `expandable_segments:True`.
 
 A trace is `<name>.csv.gz` in the RMM allocation-log layout of data/traces (allocate/free for
 the tensors, segment_alloc/segment_free for what the caching allocator took from the driver).
-Workloads: the TUNE half's moe, decode, unet, lora (workloads.py) and the REPORT half
-(corpus_workloads.py, corpus_serving.py, corpus_vision.py, corpus_generation.py,
-corpus_irregular.py, corpus_everyday.py, corpus_machinery.py, corpus_kinds.py);
-data/traces/corpus.tsv says which is which.
+Workloads: the TUNE half's moe, decode, unet, lora (workloads.py) and every workload of
+`corpus_workloads.CORPUS` (which gathers the corpus_*.py files); data/traces/corpus.tsv says
+which half each is in.
 
 Usage:
   capture_traces.py OUTDIR [--steps N] [--only a,b]     record traces in this process

@@ -180,7 +180,7 @@ def build_offload_activations(device, seed=0):
 
     model = LM(50257, 1024, 16, 12).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    pinned = torch.device(device).type == "cuda"
+    pinned = torch.device(device).type == "cuda"  # pinning needs CUDA; a CPU trial run has none
     rng = random.Random(seed)
 
     def step():
