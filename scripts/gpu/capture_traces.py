@@ -50,6 +50,8 @@ def builder(name):
 
 
 def write_trace(snap, path):
+    """Writes the history's tensor and segment rows, each with the stream it was made on
+    (PyTorch caches blocks per stream: FSDP2 gathers parameters on streams of its own)."""
     rows = 0
     with gzip.open(path, "wt", newline="") as f:
         w = csv.writer(f)
@@ -57,7 +59,7 @@ def write_trace(snap, path):
         for e in snap["device_traces"][0]:
             action = ACTIONS.get(e["action"])
             if action:
-                w.writerow([0, e.get("time_us", rows), action, hex(e["addr"]), e["size"], 0])
+                w.writerow([0, e.get("time_us", rows), action, hex(e["addr"]), e["size"], e.get("stream", 0)])
                 rows += 1
     return rows
 
