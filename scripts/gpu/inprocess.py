@@ -231,8 +231,13 @@ def tensors(torch):
     for obj in objects:
         try:
             if isinstance(obj, torch.Tensor) and obj.is_cuda and obj._base is None and obj.grad_fn is None:
-                obj.data_ptr()  # torch.compile's fake tensors have no memory: they raise here
-                found.append(weakref.ref(obj))
+                # What relocate moves is the storage. torch.compile's fake tensors keep theirs on
+                # the meta device; a wrapper subclass (FSDP2's DTensor) has none that can be
+                # asked (it raises), and its local tensor is found on its own.
+                storage = obj.untyped_storage()
+                storage.data_ptr()
+                if storage.device.type == "cuda":
+                    found.append(weakref.ref(obj))
         except Exception:  # an object that cannot even be asked: not a tensor of ours
             continue
     return found

@@ -548,15 +548,34 @@ class Main(unittest.TestCase):
         self.assertIn("no such check", err.getvalue())
 
 
-def torch_python():
-    """A Python that imports torch: $GPUCHECK_TEST_PYTHON, else this one, else None."""
+def torch_python(modules="torch, transformers"):
+    """A Python that imports `modules`: $GPUCHECK_TEST_PYTHON, else this one, else None."""
     import os
     import subprocess
 
     for python in (os.environ.get("GPUCHECK_TEST_PYTHON"), sys.executable):
-        if python and subprocess.run([python, "-c", "import torch, transformers"], capture_output=True).returncode == 0:
+        if python and subprocess.run([python, "-c", f"import {modules}"], capture_output=True).returncode == 0:
             return python
     return None
+
+
+@unittest.skipUnless(torch_python("torch"), "no Python with torch (set GPUCHECK_TEST_PYTHON)")
+class InProcessTensorsOnCpu(unittest.TestCase):
+    def test_a_fake_cuda_tensor_is_not_moved(self):
+        """torch.compile's fake tensors say they are on the GPU but keep their storage on the
+        meta device: moving one fails the whole in-process workload (compiled_dynamic did)."""
+        import subprocess
+
+        program = ("import torch, inprocess\n"
+                   "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+                   "with FakeTensorMode(allow_non_fake_inputs=True):\n"
+                   "    fake = torch.empty(4, device='cuda')\n"
+                   "assert fake.is_cuda\n"
+                   "print(len(inprocess.tensors(torch)))\n")
+        run = subprocess.run([torch_python("torch"), "-c", program], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertEqual(run.stdout.split(), ["0"])
 
 
 LIB = Path(__file__).resolve().parents[2] / "target" / "release" / "librocmguard.so"
