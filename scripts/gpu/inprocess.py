@@ -251,17 +251,15 @@ def relocate(torch, refs, pooled, want_pooled):
     they still share it. Returns how many tensors are still of the wrong kind."""
 
     def wrong():
-        alive = [t for t in (r() for r in refs) if t is not None and t.numel()]
-        return [t for t in alive if pooled(t.data_ptr())[0] != want_pooled]
+        alive = [t for t in (r() for r in refs) if t is not None]
+        return [ts for ts in by_storage(alive).values() if pooled(ts[0].data_ptr())[0] != want_pooled]
 
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    owners = {}
-    for t in wrong():
-        owners.setdefault(t.untyped_storage().data_ptr(), []).append(t)
+    owners = wrong()
     with torch.no_grad():
         host = [(ts, ts[0].untyped_storage().cpu(), [(t.storage_offset(), t.size(), t.stride()) for t in ts])
-                for ts in owners.values()]
+                for ts in owners]
         for ts, _, _ in host:
             for t in ts:
                 with in_place(torch, t):
@@ -282,7 +280,20 @@ def relocate(torch, refs, pooled, want_pooled):
     del host
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    return len(wrong())
+    return sum(len(ts) for ts in wrong())
+
+
+def by_storage(tensors):
+    """The tensors grouped by the storage they share, by its address. A storage of no bytes has
+    no memory to move and no address of its own: FSDP2 frees each gathered parameter by
+    resizing its storage to 0, and grouped under address 0 they were all put onto one storage,
+    out of bounds of every shape but one."""
+    owners = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        if storage.nbytes():
+            owners.setdefault(storage.data_ptr(), []).append(t)
+    return owners
 
 
 def in_place(torch, t):

@@ -577,6 +577,23 @@ class InProcessTensorsOnCpu(unittest.TestCase):
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
         self.assertEqual(run.stdout.split(), ["0"])
 
+    def test_storages_of_no_bytes_are_not_moved_together(self):
+        """FSDP2 frees a gathered parameter by resizing its storage to 0: such tensors have no
+        memory to move, and grouped under address 0 they were put onto one storage (fsdp_shard
+        failed its first block). Tensors sharing a storage with bytes still move together."""
+        import subprocess
+
+        program = ("import torch, inprocess\n"
+                   "w = torch.zeros(4, 4); half = torch.empty(0).set_(w.untyped_storage(), 8, (2, 4), (4, 1))\n"
+                   "gone = [torch.zeros(3, 3), torch.zeros(5)]\n"
+                   "for g in gone: g.untyped_storage().resize_(0)\n"
+                   "groups = inprocess.by_storage([w, half, *gone])\n"
+                   "print(len(groups), [len(ts) for ts in groups.values()], w.untyped_storage().data_ptr() in groups)\n")
+        run = subprocess.run([torch_python("torch"), "-c", program], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertEqual(run.stdout.split(), ["1", "[2]", "True"])
+
 
 LIB = Path(__file__).resolve().parents[2] / "target" / "release" / "librocmguard.so"
 
