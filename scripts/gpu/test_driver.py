@@ -561,38 +561,37 @@ def torch_python(modules="torch, transformers"):
 
 @unittest.skipUnless(torch_python("torch"), "no Python with torch (set GPUCHECK_TEST_PYTHON)")
 class InProcessTensorsOnCpu(unittest.TestCase):
+    """inprocess.py's choice of what to move, asked of a CPU build of torch in a process of its
+    own (torch is not imported here)."""
+
+    def printed(self, program):
+        import subprocess
+
+        run = subprocess.run([torch_python("torch"), "-c", "import torch, inprocess\n" + program],
+                             cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        return run.stdout.split()
+
     def test_a_fake_cuda_tensor_is_not_moved(self):
         """torch.compile's fake tensors say they are on the GPU but keep their storage on the
         meta device: moving one fails the whole in-process workload (compiled_dynamic did)."""
-        import subprocess
-
-        program = ("import torch, inprocess\n"
-                   "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+        program = ("from torch._subclasses.fake_tensor import FakeTensorMode\n"
                    "with FakeTensorMode(allow_non_fake_inputs=True):\n"
                    "    fake = torch.empty(4, device='cuda')\n"
                    "assert fake.is_cuda\n"
                    "print(len(inprocess.tensors(torch)))\n")
-        run = subprocess.run([torch_python("torch"), "-c", program], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=120)
-        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
-        self.assertEqual(run.stdout.split(), ["0"])
+        self.assertEqual(self.printed(program), ["0"])
 
     def test_storages_of_no_bytes_are_not_moved_together(self):
         """FSDP2 frees a gathered parameter by resizing its storage to 0: such tensors have no
         memory to move, and grouped under address 0 they were put onto one storage (fsdp_shard
         failed its first block). Tensors sharing a storage with bytes still move together."""
-        import subprocess
-
-        program = ("import torch, inprocess\n"
-                   "w = torch.zeros(4, 4); half = torch.empty(0).set_(w.untyped_storage(), 8, (2, 4), (4, 1))\n"
+        program = ("w = torch.zeros(4, 4); half = torch.empty(0).set_(w.untyped_storage(), 8, (2, 4), (4, 1))\n"
                    "gone = [torch.zeros(3, 3), torch.zeros(5)]\n"
                    "for g in gone: g.untyped_storage().resize_(0)\n"
                    "groups = inprocess.by_storage([w, half, *gone])\n"
                    "print(len(groups), [len(ts) for ts in groups.values()], w.untyped_storage().data_ptr() in groups)\n")
-        run = subprocess.run([torch_python("torch"), "-c", program], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=120)
-        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
-        self.assertEqual(run.stdout.split(), ["1", "[2]", "True"])
+        self.assertEqual(self.printed(program), ["1", "[2]", "True"])
 
 
 LIB = Path(__file__).resolve().parents[2] / "target" / "release" / "librocmguard.so"
