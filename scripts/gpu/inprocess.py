@@ -287,7 +287,7 @@ def by_storage(tensors):
     """The tensors grouped by the storage they share, by its address. A storage of no bytes has
     no memory to move and no address of its own: FSDP2 frees each gathered parameter by
     resizing its storage to 0, and grouped under address 0 they were all put onto one storage,
-    out of bounds of every shape but one."""
+    which FSDP2's next gather then resized for one of them under all the others."""
     owners = {}
     for t in tensors:
         storage = t.untyped_storage()
