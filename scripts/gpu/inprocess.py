@@ -218,9 +218,12 @@ def share(block):
     return block["pooled_bytes"] / block["reserved_bytes"] if block["reserved_bytes"] else 0.0
 
 
-def tensors(torch):
-    """Weak references to every live CUDA tensor that owns its memory (weights, buffers,
-    optimizer state, inputs, gradients): what a block moves."""
+def tensors(torch, device="cuda"):
+    """Weak references to every live tensor on `device` that is not an intermediate of a graph
+    (weights, buffers, optimizer state, inputs, gradients, and views of them): what a block
+    moves. Views are moved with their storage: FSDP2's local shards are views of a padded flat
+    parameter, and one left on the old storage kept it, its segment, and the values the optimizer
+    updates apart from the parameter the next gather reads."""
     import warnings
 
     gc.collect()
@@ -230,13 +233,13 @@ def tensors(torch):
         objects = gc.get_objects()
     for obj in objects:
         try:
-            if isinstance(obj, torch.Tensor) and obj.is_cuda and obj._base is None and obj.grad_fn is None:
+            if isinstance(obj, torch.Tensor) and obj.device.type == device and obj.grad_fn is None:
                 # What relocate moves is the storage. torch.compile's fake tensors keep theirs on
                 # the meta device; a wrapper subclass (FSDP2's DTensor) has none that can be
                 # asked (it raises), and its local tensor is found on its own.
                 storage = obj.untyped_storage()
                 storage.data_ptr()
-                if storage.device.type == "cuda":
+                if storage.device.type == device:
                     found.append(weakref.ref(obj))
         except Exception:  # an object that cannot even be asked: not a tensor of ours
             continue

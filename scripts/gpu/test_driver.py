@@ -600,6 +600,21 @@ class InProcessTensorsOnCpu(unittest.TestCase):
                    "      torch.equal(w.flatten(), torch.arange(16.)), torch.equal(half, w[2:]), gone[1].untyped_storage().nbytes())\n")
         self.assertEqual(self.printed("import weakref\n" + program), ["0", "True", "True", "True", "True", "0"])
 
+    def test_a_view_moves_with_its_storage(self):
+        """FSDP2's local shard is a view of a padded flat parameter. Left behind, it kept the old
+        storage (fsdp_shard's paused blocks kept 496 MiB in the pool), and the optimizer's
+        updates went to memory the next gather no longer read."""
+        program = ("torch.cuda.synchronize = torch.cuda.empty_cache = lambda: None\n"
+                   "torch.UntypedStorage.cuda = lambda self, index=None: self.clone()\n"
+                   "flat = torch.arange(12.); local = flat[:10].view(2, 5)\n"
+                   "old = flat.untyped_storage().data_ptr()\n"
+                   "pooled = lambda addr: (not old <= addr < old + 48, addr, 0)\n"
+                   "stuck = inprocess.relocate(torch, inprocess.tensors(torch, 'cpu'), pooled, True)\n"
+                   "local.add_(1)  # the optimizer's step\n"
+                   "print(stuck, local.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr() != old,\n"
+                   "      int(flat[:10].sum()))\n")
+        self.assertEqual(self.printed(program), ["0", "True", "55"])
+
 
 LIB = Path(__file__).resolve().parents[2] / "target" / "release" / "librocmguard.so"
 
