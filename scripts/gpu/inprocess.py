@@ -228,21 +228,21 @@ def tensors(torch, device="cuda"):
 
     gc.collect()
     found = []
-    with warnings.catch_warnings():  # asking some of torch's objects warns of deprecations
+    # Asking some of torch's objects warns of deprecations (`torch.distributed.reduce_op`).
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        objects = gc.get_objects()
-    for obj in objects:
-        try:
-            if isinstance(obj, torch.Tensor) and obj.device.type == device and obj.grad_fn is None:
-                # What relocate moves is the storage. torch.compile's fake tensors keep theirs on
-                # the meta device; a wrapper subclass (FSDP2's DTensor) has none that can be
-                # asked (it raises), and its local tensor is found on its own.
-                storage = obj.untyped_storage()
-                storage.data_ptr()
-                if storage.device.type == device:
-                    found.append(weakref.ref(obj))
-        except Exception:  # an object that cannot even be asked: not a tensor of ours
-            continue
+        for obj in gc.get_objects():
+            try:
+                if isinstance(obj, torch.Tensor) and obj.device.type == device and obj.grad_fn is None:
+                    # What relocate moves is the storage. torch.compile's fake tensors keep
+                    # theirs on the meta device; a wrapper subclass (FSDP2's DTensor) has none
+                    # that can be asked (it raises), and its local tensor is found on its own.
+                    storage = obj.untyped_storage()
+                    storage.data_ptr()
+                    if storage.device.type == device:
+                        found.append(weakref.ref(obj))
+            except Exception:  # an object that cannot even be asked: not a tensor of ours
+                continue
     return found
 
 
