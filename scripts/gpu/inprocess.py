@@ -33,6 +33,9 @@ rocmguard is the only cache, as with PYTORCH_NO_CUDA_MEMORY_CACHING=1), and the 
 PyTorch's own cache with the pool paused. Its checks: the pool's block makes no segment of
 PyTorch's and leaves no tensor outside the pool; the paused block as above. Any corpus workload
 (capture_traces.builder) may be named.
+
+A workload whose steps are slow gets few pairs in one call: `overhead.py --pool A.json B.json`
+gives the verdict of several calls' pairs together, from calls on the same kind of GPU only.
 """
 
 import contextlib
@@ -180,7 +183,8 @@ def child(name, budget_s, block_s, versus_cache=False):
         now = time.monotonic()
         if now + took > started + budget_s:
             break
-    print(WORKLOAD_TAG, json.dumps({"workload": name, "steps_per_block": k, "warmup_steps": warm, "pairs": pairs}), flush=True)
+    print(WORKLOAD_TAG, json.dumps({"workload": name, "device": torch.cuda.get_device_name(), "steps_per_block": k,
+                                    "warmup_steps": warm, "pairs": pairs}), flush=True)
     return 0
 
 
@@ -348,6 +352,25 @@ def summarize(entry, versus_cache=False):
     )
 
 
+def pooled(docs):
+    """One entry per workload from the JSONs of several calls (`--json`), their pairs together,
+    and whether they ran versus the cache. Refused (ValueError) where the calls differ in mode
+    or a workload's device differs or is not named: an H100's pairs and an H200's measure two
+    machines, not one more closely."""
+    modes = {d["mode"] for d in docs}
+    if len(modes) != 1:
+        raise ValueError(f"the calls ran in different modes: {', '.join(sorted(modes))}")
+    entries = {}
+    for d in docs:
+        for name, e in d["workloads"].items():
+            first = entries.setdefault(name, dict(e, pairs=[]))
+            if e.get("device") is None or e.get("device") != first.get("device"):
+                raise ValueError(f"{name}: pairs from {first.get('device') or 'an unnamed device'} and "
+                                 f"{e.get('device') or 'an unnamed device'} are not pooled")
+            first["pairs"] = first["pairs"] + e["pairs"]
+    return entries, modes.pop() == "in-process versus cache"
+
+
 def child_command(args, workload, budget):
     """The measuring process for one workload, pinned to args.cpus."""
     cmd = ["taskset", "-c", args.cpus, sys.executable, str(HERE / "overhead.py"), "--in-process-child",
@@ -378,11 +401,8 @@ def run_child(cmd, env, budget):
 def parent(args, lib, env):
     """Runs one child per workload, each with an equal share of what is left of the budget, so
     that a workload that fails takes no other's result with it; prints the table and TAG line."""
-    from overhead import TARGETS
-
     workloads = args.workloads.split(",")
     what = "the pool with PyTorch's cache off against PyTorch's cache" if args.versus_cache else "PyTorch's cache on"
-    target = TARGETS["versus-cache" if args.versus_cache else "shim"]
     print(f"in-process A/B, one process per workload with {lib} preloaded, {what}; budget {args.budget:.0f} s",
           flush=True)
     entries, failures, shares = {}, {}, {}
@@ -394,6 +414,28 @@ def parent(args, lib, env):
             entries[name] = entry
         else:
             failures[name] = f"no result (exit {rc}{'; ' + '; '.join(errors) if errors else ''})"
+    return report(workloads, entries, failures, shares, args.versus_cache, args.json)
+
+
+def pool_calls(paths, json_path):
+    """`overhead.py --pool`: the verdicts of several calls' pairs together (see `pooled`)."""
+    try:
+        if len({Path(p).resolve() for p in paths}) < len(paths):
+            raise ValueError("a file is named twice: its pairs would count twice")
+        entries, versus_cache = pooled([json.loads(Path(p).read_text()) for p in paths])
+    except (OSError, ValueError, KeyError) as e:
+        print(f"overhead.py --pool: {e}", file=sys.stderr)
+        return 2
+    print(f"pairs of {len(paths)} calls together")
+    return report(list(entries), entries, {}, {}, versus_cache, json_path)
+
+
+def report(workloads, entries, failures, shares, versus_cache, json_path):
+    """Prints the table, where the memory was and the TAG line; writes `json_path`. Exit status
+    0 only where every row passes."""
+    from overhead import TARGETS
+
+    target = TARGETS["versus-cache" if versus_cache else "shim"]
     rows = []
     print(f"\n{'workload':<10} {'pool ms':>9} {'paused ms':>10} {'ratio':>7} {'95% CI':>17} {'pairs':>5} {'k':>3}  verdict (target: CI within {target})")
     for name in workloads:
@@ -402,11 +444,11 @@ def parent(args, lib, env):
                          "placement": failures[name]})
             print(f"{name:<10} {failures[name]}  FAIL")
             continue
-        row = summarize(entries[name], args.versus_cache)
+        row = summarize(entries[name], versus_cache)
         rows.append(row)
         if row["ratio"] is None:
-            row["placement"] = (f"no pairs within its {shares[name]:.0f} s share of the budget (warm-up and burn-in took it): "
-                                "run it alone or with a larger --budget")
+            row["placement"] = (f"no pairs within its {shares.get(name, 0):.0f} s share of the budget (warm-up and burn-in "
+                                "took it): run it alone or with a larger --budget")
             print(f"{name:<10} no pairs  {row['status']}")
             continue
         lo, hi = row["ci"]
@@ -417,6 +459,6 @@ def parent(args, lib, env):
         failed = not row.get("placement_ok") and (row["pairs"] > 0 or row["workload"] in failures)
         print(f"  {row['workload']}: {row['placement']}" + ("  -> FAIL" if failed else ""))
     print(TAG + " " + json.dumps([{k: v for k, v in r.items() if k != "ratios"} for r in rows]), flush=True)
-    mode = "in-process versus cache" if args.versus_cache else "in-process"
-    Path(args.json).write_text(json.dumps({"mode": mode, "rows": rows, "workloads": entries}, indent=1))
+    mode = "in-process versus cache" if versus_cache else "in-process"
+    Path(json_path).write_text(json.dumps({"mode": mode, "rows": rows, "workloads": entries}, indent=1))
     return 0 if rows and all(r["status"] == "PASS" for r in rows) else 1

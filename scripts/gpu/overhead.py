@@ -169,6 +169,9 @@ def main():
     p.add_argument("--block-s", type=float, default=0.6, help="--in-process: seconds of timed steps per block")
     p.add_argument("--versus-cache", action="store_true",
                    help="--in-process: the pool's blocks with PyTorch's cache off, against PyTorch's cache (target +2%%)")
+    p.add_argument("--pool", nargs="+", metavar="JSON",
+                   help="--in-process: the verdicts of several calls' --json files, their pairs together "
+                        "(refused where the device or the mode differs); writes --json")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a rocmguard setting for every process with the shim (vmm=0: plain segments); repeatable")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -186,6 +189,10 @@ def main():
 
         return inprocess.child(args.in_process_child, args.budget, args.block_s, args.versus_cache)
 
+    if args.pool:
+        import inprocess
+
+        return inprocess.pool_calls(args.pool, args.json)
     lib = str(Path(args.lib).resolve())
     if args.in_process:
         import inprocess

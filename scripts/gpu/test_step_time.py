@@ -7,6 +7,7 @@ import contextlib
 import csv
 import gzip
 import io
+import json
 import sys
 import tempfile
 import unittest
@@ -15,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import capture_traces  # noqa: E402
 import corpus_check  # noqa: E402
+import inprocess  # noqa: E402
 import step_rounds  # noqa: E402
 
 
@@ -127,6 +129,50 @@ class StepRounds(unittest.TestCase):
         self.assertEqual(env["PYTORCH_NO_CUDA_MEMORY_CACHING"], "1")
         self.assertEqual(env["ROCMGUARD_PEAK_SLACK"], "25%")
         self.assertNotIn("LD_PRELOAD", step_rounds.arm_env("lib.so", None))
+
+
+class PooledCalls(unittest.TestCase):
+    """overhead.py --pool: one verdict from the pairs of several in-process calls, never from
+    two machines' pairs."""
+
+    @staticmethod
+    def call(ratios, device="NVIDIA H200", mode="in-process versus cache"):
+        block = {"median_ms": 100.0, "pooled_bytes": 0, "reserved_bytes": 1 << 30, "new_segments": 2,
+                 "misplaced_segments": 0, "stuck_tensors": 0}
+        pairs = [{"shim": dict(block, median_ms=100.0 * r, reserved_bytes=0), "paused": block} for r in ratios]
+        entry = {"workload": "w", "device": device, "steps_per_block": 5, "pairs": pairs}
+        return {"mode": mode, "rows": [], "workloads": {"w": entry}}
+
+    def verdict(self, *calls):
+        with tempfile.TemporaryDirectory() as d:
+            paths = [str(Path(d) / f"{i}.json") for i in range(len(calls))]
+            for path, call in zip(paths, calls):
+                Path(path).write_text(json.dumps(call))
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+                rc = inprocess.pool_calls(paths, str(Path(d) / "out.json"))
+            rows = json.loads((Path(d) / "out.json").read_text())["rows"] if rc != 2 else None
+        return rc, rows, err.getvalue()
+
+    def test_two_calls_unresolved_alone_pass_together(self):
+        spread = [0.90, 1.05, 0.95, 1.04, 0.97, 1.03]
+        self.assertEqual(self.verdict(self.call(spread))[1][0]["status"], "UNRESOLVED")
+        rc, rows, _ = self.verdict(self.call(spread), self.call([0.98, 0.99, 1.00, 0.985, 0.995, 0.99] * 3))
+        self.assertEqual((rc, rows[0]["status"], rows[0]["pairs"]), (0, "PASS", 24))
+
+    def test_other_machines_modes_or_the_same_file_twice_are_refused(self):
+        same = self.call([1.0] * 6)
+        for other, why in ((self.call([1.0] * 6, device="NVIDIA H100 80GB HBM3"), "not pooled"),
+                           (self.call([1.0] * 6, device=None), "unnamed device"),
+                           (self.call([1.0] * 6, mode="in-process"), "different modes")):
+            rc, _, err = self.verdict(same, other)
+            self.assertEqual(rc, 2)
+            self.assertIn(why, err)
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "a.json"
+            path.write_text(json.dumps(same))
+            with contextlib.redirect_stderr(io.StringIO()) as err:
+                self.assertEqual(inprocess.pool_calls([str(path), str(path)], str(Path(d) / "out.json")), 2)
+            self.assertIn("named twice", err.getvalue())
 
 
 if __name__ == "__main__":
