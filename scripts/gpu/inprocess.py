@@ -422,8 +422,12 @@ def pool_calls(paths, json_path):
     try:
         if len({Path(p).resolve() for p in paths}) < len(paths):
             raise ValueError("a file is named twice: its pairs would count twice")
-        entries, versus_cache = pooled([json.loads(Path(p).read_text()) for p in paths])
-    except (OSError, ValueError, KeyError) as e:
+        docs = [json.loads(Path(p).read_text()) for p in paths]
+        for path, d in zip(paths, docs):
+            if not str(d.get("mode", "")).startswith("in-process"):
+                raise ValueError(f"{path} is not the --json of an --in-process call")
+        entries, versus_cache = pooled(docs)
+    except (OSError, ValueError) as e:
         print(f"overhead.py --pool: {e}", file=sys.stderr)
         return 2
     print(f"pairs of {len(paths)} calls together")

@@ -163,7 +163,8 @@ class PooledCalls(unittest.TestCase):
         same = self.call([1.0] * 6)
         for other, why in ((self.call([1.0] * 6, device="NVIDIA H100 80GB HBM3"), "not pooled"),
                            (self.call([1.0] * 6, device=None), "unnamed device"),
-                           (self.call([1.0] * 6, mode="in-process"), "different modes")):
+                           (self.call([1.0] * 6, mode="in-process"), "different modes"),
+                           ({"rounds": 3, "rows": []}, "not the --json of an --in-process call")):
             rc, _, err = self.verdict(same, other)
             self.assertEqual(rc, 2)
             self.assertIn(why, err)
