@@ -28,7 +28,7 @@ import runner  # noqa: E402
 import shim_output  # noqa: E402
 from checks import cap, paths, reuse, step_time, swap, training, two_gpus  # noqa: E402
 from fake_gpu import FAKE_GPU, FIRST_USE, IN_PROCESS_CHILD, FakeGpu, in_process_row, stats_table  # noqa: E402
-from test_step_time import CorpusStepTime, StepRounds, TraceRows  # noqa: E402
+from test_step_time import CorpusStepTime, PooledCalls, StepRounds, TraceRows  # noqa: E402
 
 GIB, MIB = shim_output.GIB, shim_output.MIB
 # The corpus harness's tests live in test_step_time.py; unittest.main() runs them here too.
