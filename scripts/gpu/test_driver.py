@@ -32,7 +32,7 @@ from test_step_time import CorpusStepTime, PooledCalls, StepRounds, TraceRows  #
 
 GIB, MIB = shim_output.GIB, shim_output.MIB
 # The corpus harness's tests live in test_step_time.py; unittest.main() runs them here too.
-CORPUS_HARNESS_TESTS = (CorpusStepTime, StepRounds, TraceRows)
+CORPUS_HARNESS_TESTS = (CorpusStepTime, PooledCalls, StepRounds, TraceRows)
 IPC_PATH = two_gpus.IPC_PATH
 
 # Printed by the real librocmguard.so (ROCMGUARD_STATS=1) in front of the simulated HIP runtime
