@@ -73,6 +73,25 @@ fn tune_prints_a_line_no_worse_than_the_default() {
     );
 }
 
+/// Where tune names the pool, a program that allocates on several streams (fsdp_shard: FSDP2
+/// gathers parameters on a stream of its own) is told what PyTorch's cache off costs it in step
+/// time; a program on one stream (lora) is not.
+#[test]
+fn tune_names_the_step_time_cost_of_several_streams() {
+    for (trace, streams) in [("fsdp_shard", 2), ("lora", 1)] {
+        let path = traces().join(format!("{}.csv.gz", trace));
+        let report = json(&tune(&["--json", path.to_str().unwrap()]));
+        assert_eq!(report["streams"], streams, "{}", trace);
+        assert_eq!(report["pool_wins"], true, "{}: the pool is named", trace);
+        let out = tune(&[path.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out));
+        let table = String::from_utf8_lossy(&out.stdout);
+        let warned = table.contains(&format!("allocates on {} streams", streams))
+            && table.contains("keep PyTorch's cache\n   on");
+        assert_eq!(warned, streams > 1, "{}:\n{}", trace, table);
+    }
+}
+
 /// Tune ends with the command that shows why its pick and the pool reserve what they do; that
 /// command runs as printed and shows both policies' peaks, at the capacity tune was given.
 #[test]

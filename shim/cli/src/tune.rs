@@ -67,6 +67,8 @@ struct Report {
     pool_wins: bool,
     /// The pool's piece size picked: `null` for the default.
     pool_piece_size: Option<u64>,
+    /// The most streams one trace allocates on (see [`streams`]).
+    streams: u32,
     settings: Vec<Setting>,
     seconds: f64,
 }
@@ -117,6 +119,7 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
     let pick = scored[0].clone();
     let pool_wins = pool.completes()
         && (!pick.completes() || pool.mean_ratio() < pick.mean_ratio() - CLEAR_MARGIN);
+    let streams = traces.iter().map(streams).max().unwrap_or(1);
     if let Some(path) = &args.plot {
         let policies: Vec<Policy> = [&default, &pick, &pool]
             .iter()
@@ -156,6 +159,7 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
             pick: pick.candidate.conf.clone().unwrap_or_default(),
             pool_wins,
             pool_piece_size: pool.candidate.piece_size,
+            streams,
             settings,
             seconds,
         };
@@ -173,9 +177,16 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
         top: args.top,
         seconds,
         tried: candidates.len(),
+        streams,
     };
     print!("{}", view.text(&scored, &default, &pools, &pool, pool_wins));
     Ok(0)
+}
+
+/// How many streams `trace` allocates on: 1 for a trace whose rows name none (one written by
+/// `ROCMGUARD_TRACE`, where `hipMalloc` names no stream), so a program may use more than this.
+fn streams(trace: &load::Trace) -> u32 {
+    trace.streams.iter().max().map_or(1, |&s| s + 1)
 }
 
 /// Of the pool's piece sizes (coarsest first, the default first of all), the one to name: the
@@ -198,6 +209,8 @@ struct View<'a> {
     names: &'a [String],
     /// The traces as given on the command line.
     paths: Vec<String>,
+    /// The most streams one trace allocates on.
+    streams: u32,
     capacity: u64,
     top: usize,
     seconds: f64,
@@ -331,6 +344,19 @@ impl View<'_> {
                 },
                 pool.candidate.run_options()
             ));
+            // With PyTorch's cache off every free reaches the pool, and once a second stream
+            // exists a freed block waits for a device synchronize (the guard's
+            // `leave_in_order`): memory the pool saves may be paid for in step time.
+            if self.streams > 1 {
+                out.push_str(&format!(
+                    "  (this program allocates on {} streams: with PyTorch's cache off, each block \
+                     it frees then\n   waits for a device synchronize before reuse, which costs \
+                     step time (FSDP2 6.4% slower on\n   one H200, DDP 37% on one H100); where \
+                     speed matters more than memory, keep PyTorch's cache\n   on with the line \
+                     above)\n",
+                    self.streams
+                ));
+            }
             // Finer pieces usually cost driver calls; near a capacity the default's may cost
             // more, giving memory back and mapping it again.
             if pool.candidate.piece_size.is_some() {
