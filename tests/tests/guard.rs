@@ -482,6 +482,43 @@ fn a_recorded_trace_replays_to_the_program_own_figures() {
     }
 }
 
+/// A program whose work leaves one stream's order makes the pool synchronize to reuse what it
+/// frees (`reuse`: a side stream, then five rounds of a free and a request of its size). The
+/// trace counts those synchronizes, and `rocmguard tune` names their cost beside the pool's
+/// line; a program on one stream (`in_order`) records none.
+#[test]
+fn a_trace_counts_the_synchronizes_reuse_out_of_order_took() {
+    let dir = tempfile::tempdir().unwrap();
+    let tune = |scenario: &str, json: bool| {
+        let path = dir.path().join(format!("{}.csv", scenario));
+        let s = guarded(
+            "guard_ops",
+            &[scenario],
+            &[("ROCMGUARD_TRACE", path.to_str().unwrap())],
+        );
+        s.succeeded();
+        let mut cmd = std::process::Command::new(rocmguard_tests::cli());
+        cmd.arg("tune").args(json.then_some("--json")).arg(&path);
+        let out = output(&mut cmd);
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let report =
+        |scenario| -> serde_json::Value { serde_json::from_str(&tune(scenario, true)).unwrap() };
+    let (ordered, out_of_order) = (report("in_order"), report("reuse"));
+    assert_eq!(ordered["recorded_syncs"], 0, "{}", ordered);
+    let syncs = out_of_order["recorded_syncs"].as_u64().unwrap();
+    assert!(syncs >= 5, "one synchronize a round at least: {}", syncs);
+    assert_eq!(out_of_order["pool_wins"], true, "the pool is named");
+    let table = tune("reuse", false);
+    assert!(
+        table.contains("rocmguard synchronized the device")
+            && table.contains("keep PyTorch's cache on with the line above"),
+        "{}",
+        table
+    );
+}
+
 #[test]
 fn an_apu_reports_its_unified_memory_ceiling() {
     let root = rocmguard_tests::root().join("tests/fixtures/sysroot/strix-halo");

@@ -87,7 +87,7 @@ fn tune_names_the_step_time_cost_of_several_streams() {
         assert!(out.status.success(), "{}", text(&out));
         let table = String::from_utf8_lossy(&out.stdout);
         let warned = table.contains(&format!("allocates on {} streams", streams))
-            && table.contains("keep PyTorch's cache\n   on");
+            && table.contains("keep PyTorch's cache on with the line above");
         assert_eq!(warned, streams > 1, "{}:\n{}", trace, table);
     }
 }

@@ -69,6 +69,8 @@ struct Report {
     pool_piece_size: Option<u64>,
     /// The most streams one trace allocates on (see [`streams`]).
     streams: u32,
+    /// Device synchronizes rocmguard made to reuse freed blocks while the traces were recorded.
+    recorded_syncs: u64,
     settings: Vec<Setting>,
     seconds: f64,
 }
@@ -120,6 +122,7 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
     let pool_wins = pool.completes()
         && (!pick.completes() || pool.mean_ratio() < pick.mean_ratio() - CLEAR_MARGIN);
     let streams = traces.iter().map(streams).max().unwrap_or(1);
+    let recorded_syncs = traces.iter().map(|t| t.recorded_syncs).sum();
     if let Some(path) = &args.plot {
         let policies: Vec<Policy> = [&default, &pick, &pool]
             .iter()
@@ -160,6 +163,7 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
             pool_wins,
             pool_piece_size: pool.candidate.piece_size,
             streams,
+            recorded_syncs,
             settings,
             seconds,
         };
@@ -177,7 +181,11 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
         top: args.top,
         seconds,
         tried: candidates.len(),
-        streams,
+        out_of_order: out_of_order(
+            streams,
+            recorded_syncs,
+            traces.iter().map(|t| t.frees).sum(),
+        ),
     };
     print!("{}", view.text(&scored, &default, &pools, &pool, pool_wins));
     Ok(0)
@@ -187,6 +195,24 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
 /// `ROCMGUARD_TRACE`, where `hipMalloc` names no stream), so a program may use more than this.
 fn streams(trace: &load::Trace) -> u32 {
     trace.streams.iter().max().map_or(1, |&s| s + 1)
+}
+
+/// What shows the program's work out of one stream's order, if anything does: with PyTorch's
+/// cache off each block it frees then waits for a device synchronize before reuse (the guard's
+/// `leave_in_order`). More than one synchronize in 100 frees while recording is that, not an
+/// out-of-memory retry now and then.
+fn out_of_order(streams: u32, syncs: u64, frees: u64) -> Option<String> {
+    if streams > 1 {
+        Some(format!("this program allocates on {} streams", streams))
+    } else if syncs * 100 > frees {
+        Some(format!(
+            "while this trace was recorded, rocmguard synchronized the device {} times to reuse \
+             freed blocks",
+            syncs
+        ))
+    } else {
+        None
+    }
 }
 
 /// Of the pool's piece sizes (coarsest first, the default first of all), the one to name: the
@@ -209,8 +235,8 @@ struct View<'a> {
     names: &'a [String],
     /// The traces as given on the command line.
     paths: Vec<String>,
-    /// The most streams one trace allocates on.
-    streams: u32,
+    /// What shows the program's work out of one stream's order (see [`out_of_order`]).
+    out_of_order: Option<String>,
     capacity: u64,
     top: usize,
     seconds: f64,
@@ -347,14 +373,13 @@ impl View<'_> {
             // With PyTorch's cache off every free reaches the pool, and once a second stream
             // exists a freed block waits for a device synchronize (the guard's
             // `leave_in_order`): memory the pool saves may be paid for in step time.
-            if self.streams > 1 {
+            if let Some(why) = &self.out_of_order {
                 out.push_str(&format!(
-                    "  (this program allocates on {} streams: with PyTorch's cache off, each block \
-                     it frees then\n   waits for a device synchronize before reuse, which costs \
-                     step time (FSDP2 6.4% slower on\n   one H200, DDP 37% on one H100); where \
-                     speed matters more than memory, keep PyTorch's cache\n   on with the line \
-                     above)\n",
-                    self.streams
+                    "  ({}:\n   with PyTorch's cache off each block it frees waits for a device \
+                     synchronize before reuse,\n   which costs step time (FSDP2 6.4% slower on \
+                     one H200, DDP 37% on one H100); where speed\n   matters more than memory, \
+                     keep PyTorch's cache on with the line above)\n",
+                    why
                 ));
             }
             // Finer pieces usually cost driver calls; near a capacity the default's may cost

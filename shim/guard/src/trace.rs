@@ -164,7 +164,7 @@ pub fn free(device: i32, pointer: u64, size: u64) {
     record(Action::Free, device, pointer, size);
 }
 
-/// The shim's own events (trim, retry, oom, cap warning).
+/// The shim's own events (trim, retry, oom, cap warning, the pool's synchronizes).
 #[inline]
 pub fn event(action: Action, device: i32, pointer: u64, size: u64) {
     record(action, device, pointer, size);

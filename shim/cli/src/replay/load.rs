@@ -57,6 +57,9 @@ pub struct Trace {
     /// Stream of each allocation (0, 1, ... in order of first use); empty when the trace has
     /// one stream.
     pub streams: Vec<u32>,
+    /// Device synchronizes rocmguard made to reuse freed blocks while the trace was recorded
+    /// (its `sync` rows): many where the program's work left one stream's order.
+    pub recorded_syncs: u64,
 }
 
 impl Trace {
@@ -169,6 +172,7 @@ fn load_csv(file: &str, name: &str, input: impl BufRead) -> Result<Vec<Trace>, L
             Action::Free => Step::Free,
             Action::SegmentAlloc => Step::SegmentAlloc,
             Action::SegmentFree => Step::SegmentFree,
+            Action::Sync => Step::Sync,
             _ => Step::Skip,
         };
         let line = reader.line();
@@ -228,6 +232,8 @@ pub(crate) enum Step {
     /// Expandable segments: memory mapped into (or unmapped from) a reserved range.
     Map,
     Unmap,
+    /// rocmguard synchronized the device to reuse freed blocks: counted, then skipped.
+    Sync,
     Skip,
 }
 
@@ -269,7 +275,8 @@ impl Builder {
         let next = self.stream_ids.len() as u32;
         let stream = *self.stream_ids.entry(stream).or_insert(next);
         let t = &mut self.trace;
-        if step == Step::Skip {
+        if matches!(step, Step::Skip | Step::Sync) {
+            t.recorded_syncs += u64::from(step == Step::Sync);
             t.skipped += 1;
             return Ok(());
         }
@@ -333,7 +340,7 @@ impl Builder {
                 Op::SegAlloc { size }
             }
             Step::Unmap => Op::SegFree { size },
-            Step::Skip => return Ok(()),
+            Step::Skip | Step::Sync => return Ok(()),
         };
         t.ops.push(op);
         t.times.push(time);
