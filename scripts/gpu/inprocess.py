@@ -58,6 +58,8 @@ FIXED_SHAPES = {"gpt2", "resnet50", "compiled_gpt"}
 # The share of PyTorch's reserved bytes that may stay where it was in a block (segments held by
 # something no tensor shows): more, and the block did not measure the placement it claims.
 STAYED = 0.05
+# The `mode` a --json file names, by whether the pool's blocks ran versus PyTorch's cache.
+MODES = {False: "in-process", True: "in-process versus cache"}
 
 
 def child(name, budget_s, block_s, versus_cache=False):
@@ -368,7 +370,7 @@ def pooled(docs):
                 raise ValueError(f"{name}: pairs from {first.get('device') or 'an unnamed device'} and "
                                  f"{e.get('device') or 'an unnamed device'} are not pooled")
             first["pairs"] = first["pairs"] + e["pairs"]
-    return entries, modes.pop() == "in-process versus cache"
+    return entries, modes.pop() == MODES[True]
 
 
 def child_command(args, workload, budget):
@@ -424,7 +426,7 @@ def pool_calls(paths, json_path):
             raise ValueError("a file is named twice: its pairs would count twice")
         docs = [json.loads(Path(p).read_text()) for p in paths]
         for path, d in zip(paths, docs):
-            if not str(d.get("mode", "")).startswith("in-process"):
+            if d.get("mode") not in MODES.values():
                 raise ValueError(f"{path} is not the --json of an --in-process call")
         entries, versus_cache = pooled(docs)
     except (OSError, ValueError) as e:
@@ -463,6 +465,5 @@ def report(workloads, entries, failures, shares, versus_cache, json_path):
         failed = not row.get("placement_ok") and (row["pairs"] > 0 or row["workload"] in failures)
         print(f"  {row['workload']}: {row['placement']}" + ("  -> FAIL" if failed else ""))
     print(TAG + " " + json.dumps([{k: v for k, v in r.items() if k != "ratios"} for r in rows]), flush=True)
-    mode = "in-process versus cache" if versus_cache else "in-process"
-    Path(json_path).write_text(json.dumps({"mode": mode, "rows": rows, "workloads": entries}, indent=1))
+    Path(json_path).write_text(json.dumps({"mode": MODES[versus_cache], "rows": rows, "workloads": entries}, indent=1))
     return 0 if rows and all(r["status"] == "PASS" for r in rows) else 1
