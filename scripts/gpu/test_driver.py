@@ -564,6 +564,10 @@ class InProcessTensorsOnCpu(unittest.TestCase):
     """inprocess.py's choice of what to move, asked of a CPU build of torch in a process of its
     own (torch is not imported here)."""
 
+    # relocate's device calls, faked: a copy "to the device" is a host copy.
+    FAKE_DEVICE = ("torch.cuda.synchronize = torch.cuda.empty_cache = lambda: None\n"
+                   "torch.UntypedStorage.cuda = lambda self, index=None: self.clone()\n")
+
     def printed(self, program):
         import subprocess
 
@@ -587,8 +591,7 @@ class InProcessTensorsOnCpu(unittest.TestCase):
         memory to move, and grouped under address 0 they were put onto one storage (fsdp_shard
         failed its first block). Tensors sharing a storage with bytes still move together, and
         keep their values. The device is faked: its copies are host copies."""
-        program = ("torch.cuda.synchronize = torch.cuda.empty_cache = lambda: None\n"
-                   "torch.UntypedStorage.cuda = lambda self, index=None: self.clone()\n"
+        program = (self.FAKE_DEVICE +
                    "w = torch.arange(16.).reshape(4, 4); half = torch.empty(0).set_(w.untyped_storage(), 8, (2, 4), (4, 1))\n"
                    "gone = [torch.zeros(3, 3), torch.zeros(5)]\n"
                    "for g in gone: g.untyped_storage().resize_(0)\n"
@@ -604,8 +607,7 @@ class InProcessTensorsOnCpu(unittest.TestCase):
         """FSDP2's local shard is a view of a padded flat parameter. Left behind, it kept the old
         storage (fsdp_shard's paused blocks kept 496 MiB in the pool), and the optimizer's
         updates went to memory the next gather no longer read."""
-        program = ("torch.cuda.synchronize = torch.cuda.empty_cache = lambda: None\n"
-                   "torch.UntypedStorage.cuda = lambda self, index=None: self.clone()\n"
+        program = (self.FAKE_DEVICE +
                    "flat = torch.arange(12.); local = flat[:10].view(2, 5)\n"
                    "old = flat.untyped_storage().data_ptr()\n"
                    "pooled = lambda addr: (not old <= addr < old + 48, addr, 0)\n"
