@@ -54,7 +54,7 @@ TARGET = 1.05
 WORKLOAD_OF = {"gpt2_train": "gpt2", "resnet_train": "resnet50"}
 NOT_RUN = {
     "gpt2_nocache": "the same program as gpt2_train",
-    "model_swap_video": "scripts/gpu/swap.py, a program of its own (gpu-check runs it)",
+    "model_swap_video": "a public trace whose program is not in this repository",
 }
 
 
