@@ -151,3 +151,34 @@ fn readme_corpus_table_is_the_replay() {
         table
     );
 }
+
+/// docs/benchmarks.md's "Step time of every corpus workload" has one row per trace of
+/// `data/traces/corpus.tsv`, in its order and with its half, and the README's count of passes
+/// is the table's: a trace added, or a verdict changed, without the other following fails here.
+#[test]
+fn step_time_table_has_a_row_per_trace() {
+    let doc = std::fs::read_to_string(root().join("docs/benchmarks.md")).unwrap();
+    let section = doc
+        .split("\n## Step time of every corpus workload")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("a step-time table in docs/benchmarks.md");
+    let rows: Vec<Vec<&str>> = section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| workload") && !l.starts_with("| ---"))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    let named: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| (r[1].to_string(), r[2].to_string()))
+        .collect();
+    let corpus = rocmguard_tests::corpus_in(&root().join("data/traces"));
+    assert_eq!(
+        named, corpus,
+        "the table's (workload, half) rows against corpus.tsv"
+    );
+    let passes = rows.iter().filter(|r| r[3] == "PASS").count();
+    let claim = format!("**PASS: {} of the {}**", passes, corpus.len());
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(readme.contains(&claim), "the README should say {}", claim);
+}
