@@ -519,6 +519,32 @@ fn a_trace_counts_the_synchronizes_reuse_out_of_order_took() {
     );
 }
 
+/// The exit table says how long allocations waited on the program's own thread for the
+/// synchronizes that reuse out of one stream's order takes, apart from the background
+/// reclaimer's: with the reclaimer off, `reuse` waits in each of its five rounds for the
+/// simulated kernel still writing the freed block (20 ms a round); a program on one stream
+/// never waits.
+#[test]
+fn the_exit_table_says_how_long_allocations_waited() {
+    let waited = |scenario: &str| -> Option<(u64, u64)> {
+        let env = [("ROCMGUARD_STATS", "1"), ("ROCMGUARD_RECLAIM", "0")];
+        let s = guarded("guard_ops", &[scenario], &env);
+        s.succeeded();
+        let err = s.stderr();
+        let line = err.lines().find(|l| l.contains("allocations waited"))?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        Some((words[3].parse().unwrap(), words[6].parse().unwrap()))
+    };
+    assert_eq!(waited("in_order"), None);
+    let (ms, waits) = waited("reuse").expect("a line of waits at exit");
+    assert!(waits >= 5, "a wait a round at least: {}", waits);
+    assert!(
+        ms >= 5 * 20 / 2,
+        "{} ms: the kernels take 20 ms a round",
+        ms
+    );
+}
+
 #[test]
 fn an_apu_reports_its_unified_memory_ceiling() {
     let root = rocmguard_tests::root().join("tests/fixtures/sysroot/strix-halo");

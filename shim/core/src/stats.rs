@@ -30,6 +30,11 @@ pub struct Stats {
     /// included), in microseconds.
     pub device_us: u64,
     pub sync_us: u64,
+    /// Of `syncs`, those an allocation waited for on the program's own thread (freed blocks it
+    /// needed still waited for one, or the device was out of memory), and their time in
+    /// microseconds: what work on several streams costs a program, beside the reclaimer's.
+    pub waits: u64,
+    pub wait_us: u64,
     /// Segments released by a trim (threshold, explicit or out-of-memory).
     pub trims: u64,
     pub retries: u64,
@@ -96,6 +101,15 @@ impl Stats {
                 s.syncs,
                 (s.device_us + 500) / 1000,
                 (s.sync_us + 500) / 1000
+            );
+        }
+        for (d, s) in devices.iter().filter(|(_, s)| s.waits > 0) {
+            let _ = writeln!(
+                out,
+                "dev{}: allocations waited {} ms for {} of those synchronizes",
+                d,
+                (s.wait_us + 500) / 1000,
+                s.waits
             );
         }
         out

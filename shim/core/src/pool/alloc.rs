@@ -152,7 +152,7 @@ impl<S: DeviceSource> Pool<S> {
                 Step::Served(addr) => return (st, Ok(addr)),
                 Step::Synchronize => {
                     synced = true;
-                    st = self.synchronize_and_release(st);
+                    st = self.synchronize_and_release(st, true);
                     continue;
                 }
                 Step::Failed(e) => e,
@@ -176,7 +176,7 @@ impl<S: DeviceSource> Pool<S> {
             }
             attempt += 1;
             st.stats.retries += 1;
-            st = self.synchronize_and_release(st);
+            st = self.synchronize_and_release(st, true);
             self.trim_locked(&mut st, 0, None, Plain::AllAtOnce);
             drop(st);
             std::thread::sleep(self.options.backoff * attempt);

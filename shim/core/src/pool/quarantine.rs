@@ -61,16 +61,18 @@ impl<S: DeviceSource> Pool<S> {
         if !st.unsettled() || !self.source.may_synchronize() {
             return false;
         }
-        let st = self.synchronize_and_release(st);
+        let st = self.synchronize_and_release(st, false);
         self.mirror(&st);
         true
     }
 
     /// Synchronizes the device without the lock, then releases what was quarantined before.
-    /// Nothing is released if the synchronize fails or may not happen now.
+    /// Nothing is released if the synchronize fails or may not happen now. `waiter`: an
+    /// allocation waits for it on the program's thread, counted apart in `waits` and `wait_us`.
     pub(super) fn synchronize_and_release<'a>(
         &'a self,
         st: MutexGuard<'a, State>,
+        waiter: bool,
     ) -> MutexGuard<'a, State> {
         if !st.unsettled() || !self.source.may_synchronize() {
             return st;
@@ -85,6 +87,10 @@ impl<S: DeviceSource> Pool<S> {
         let mut st = self.lock();
         st.mappings.end_synchronize(ticket, synced);
         st.stats.sync_us += waited;
+        if waiter {
+            st.stats.waits += 1;
+            st.stats.wait_us += waited;
+        }
         if synced {
             st.synced_mark = st.synced_mark.max(mark);
             self.release_quarantine(&mut st, mark);

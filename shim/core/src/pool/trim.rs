@@ -27,7 +27,7 @@ impl<S: DeviceSource> Pool<S> {
     /// `min_bytes_to_hold` stay reserved. Returns the bytes released.
     pub fn trim_to(&self, min_bytes_to_hold: u64) -> u64 {
         let st = self.lock();
-        let mut st = self.synchronize_and_release(st);
+        let mut st = self.synchronize_and_release(st, false);
         let released = self.trim_locked(&mut st, min_bytes_to_hold, None, Plain::AsNeeded);
         if min_bytes_to_hold == 0 {
             self.release_address_space(&mut st);
