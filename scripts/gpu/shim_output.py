@@ -3,6 +3,7 @@ first-use line and its `rocmguard: CUDA memory at exit` table (ROCMGUARD_STATS=1
 `--set KEY=VALUE` settings the GPU scripts pass to it."""
 
 import json
+import re
 
 RESULT_TAG = "GPUCHECK-RESULT"
 MIB = 1 << 20
@@ -12,6 +13,7 @@ SIZE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 <
 TABLE_SIZES = ("live", "peak_live", "reserved", "peak_reserved", "cap")
 TABLE_COUNTS = ("allocs", "hits", "dev_allocs", "dev_frees", "trims", "retries", "ooms", "syncs", "dev_ms",
                 "sync_ms")
+WAITED = re.compile(r"dev(\d+): allocations waited (\d+) ms for (\d+) of those synchronizes")
 
 
 def fmt_bytes(n):
@@ -65,19 +67,21 @@ def parse_row(line):
 
 
 def parse_tables(text, face="CUDA"):
-    """Every `rocmguard: CUDA memory at exit` table in text, each as {device: row}."""
+    """Every `rocmguard: CUDA memory at exit` table in text, each as {device: row}. A row's
+    `waits` and `wait_ms` come from the lines below the table (`dev0: allocations waited 105
+    ms for 9 of those synchronizes`); 0 where its device has none."""
     tables = []
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.strip() != f"rocmguard: {face} memory at exit":
             continue
         rows = {}
-        if i + 1 < len(lines) and lines[i + 1].startswith("device"):
-            for row_line in lines[i + 2 :]:
-                row = parse_row(row_line)
-                if row is None:
-                    break
-                rows[row["device"]] = row
+        below = lines[i + 2 :] if i + 1 < len(lines) and lines[i + 1].startswith("device") else []
+        while below and (row := parse_row(below[0])) is not None:
+            rows[row["device"]] = dict(row, waits=0, wait_ms=0)
+            below.pop(0)
+        while below and (waited := WAITED.fullmatch(below.pop(0).strip())) and int(waited[1]) in rows:
+            rows[int(waited[1])].update(wait_ms=int(waited[2]), waits=int(waited[3]))
         tables.append(rows)
     return tables
 

@@ -40,7 +40,8 @@ IPC_PATH = two_gpus.IPC_PATH
 REAL_TABLE = """rocmguard 0.1.0: guarding HIP device memory | cap 4.00 GiB | headroom 0 B | trim at 100% | max split none | retries 3
 rocmguard: HIP memory at exit
 device        live   peak live    reserved  peak resvd         cap  peak-resv/live  allocs   hits  dev-allocs  dev-frees  trims  retries  ooms  syncs  dev-ms  sync-ms
-dev0      65.0 MiB    2.97 GiB    3.00 GiB    3.00 GiB    4.00 GiB          1.010x    8929   8850          79          0      0        1     0      0       1        0
+dev0      65.0 MiB    2.97 GiB    3.00 GiB    3.00 GiB    4.00 GiB          1.010x    8929   8787         615         41     41       10     0      9      28        0
+dev0: allocations waited 0 ms for 5 of those synchronizes
 """
 
 
@@ -53,8 +54,8 @@ class Parsing(unittest.TestCase):
         self.assertEqual(row["peak_reserved"], 3 * GIB)
         self.assertEqual(row["cap"], 4 * GIB)
         self.assertEqual(row["peak_reserved_per_live"], 1.010)
-        self.assertEqual((row["allocs"], row["hits"], row["dev_allocs"], row["ooms"]), (8929, 8850, 79, 0))
-        self.assertEqual((row["syncs"], row["dev_ms"], row["sync_ms"]), (0, 1, 0))
+        self.assertEqual((row["allocs"], row["hits"], row["dev_allocs"], row["ooms"]), (8929, 8787, 615, 0))
+        self.assertEqual((row["syncs"], row["dev_ms"], row["sync_ms"], row["waits"], row["wait_ms"]), (9, 28, 0, 5, 0))
         self.assertEqual(shim_output.parse_tables(REAL_TABLE), [])  # HIP, not CUDA
 
     def test_generated_table_round_trips(self):
