@@ -28,6 +28,14 @@ fn readme_configuration_table_is_the_config_table() {
     );
 }
 
+/// The text under `heading` up to the next second-level heading.
+fn section<'a>(text: &'a str, heading: &str) -> &'a str {
+    text.split(heading)
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap_or_else(|| panic!("no section {:?}", heading.trim()))
+}
+
 /// Every relative link of the README and of the pages it sends readers to leads to a file.
 #[test]
 fn readme_links_lead_somewhere() {
@@ -53,11 +61,7 @@ fn readme_links_lead_somewhere() {
 #[test]
 fn works_with_fits_one_screen() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let section = readme
-        .split("\n## Works with\n")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .expect("a Works with section");
+    let section = section(&readme, "\n## Works with\n");
     let lines: Vec<&str> = section.trim().lines().collect();
     assert!(lines.len() <= 24, "{} lines:\n{}", lines.len(), section);
     for row in lines.iter().filter(|l| l.starts_with("| ")) {
@@ -158,12 +162,7 @@ fn readme_corpus_table_is_the_replay() {
 #[test]
 fn step_time_table_has_a_row_per_trace() {
     let doc = std::fs::read_to_string(root().join("docs/benchmarks.md")).unwrap();
-    let section = doc
-        .split("\n## Step time of every corpus workload")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .expect("a step-time table in docs/benchmarks.md");
-    let rows: Vec<Vec<&str>> = section
+    let rows: Vec<Vec<&str>> = section(&doc, "\n## Step time of every corpus workload")
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| workload") && !l.starts_with("| ---"))
         .map(|l| l.split('|').map(str::trim).collect())
