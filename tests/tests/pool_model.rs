@@ -62,6 +62,7 @@ fn counted(s: Stats) -> Stats {
     Stats {
         device_us: 0,
         sync_us: 0,
+        wait_us: 0,
         ..s
     }
 }
