@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::bail;
+use rocmguard_core::config::STREAMS_STEP_COST;
 use rocmguard_core::format_size;
 use serde::Serialize;
 
@@ -376,10 +377,9 @@ impl View<'_> {
             if let Some(why) = &self.out_of_order {
                 out.push_str(&format!(
                     "  ({}:\n   with PyTorch's cache off each block it frees waits for a device \
-                     synchronize before reuse,\n   which costs step time (FSDP2 6.4% slower on \
-                     one H200, DDP 37% on one H100); where speed\n   matters more than memory, \
-                     keep PyTorch's cache on with the line above)\n",
-                    why
+                     synchronize before reuse,\n   which costs step time ({}); where speed\n   \
+                     matters more than memory, keep PyTorch's cache on with the line above)\n",
+                    why, STREAMS_STEP_COST
                 ));
             }
             // Finer pieces usually cost driver calls; near a capacity the default's may cost

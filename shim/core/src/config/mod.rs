@@ -14,6 +14,11 @@ pub const PYTORCH_CACHE_OFF: [&str; 2] = [
     "PYTORCH_NO_CUDA_MEMORY_CACHING",
 ];
 
+/// What reuse out of one stream's order cost with PyTorch's cache off, against PyTorch's cache
+/// (docs/benchmarks.md, sessions 20 and 33): told by the guard when a program makes its first
+/// stream, and by `rocmguard tune` where a trace shows several.
+pub const STREAMS_STEP_COST: &str = "DDP 37% slower on one H100, FSDP2 6.4% on one H200";
+
 /// How the shim treats unified memory (integrated GPUs whose memory queries misreport).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UmaMode {

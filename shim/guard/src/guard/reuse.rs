@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use once_cell::sync::OnceCell;
-use rocmguard_core::config::PYTORCH_CACHE_OFF;
+use rocmguard_core::config::{PYTORCH_CACHE_OFF, STREAMS_STEP_COST};
 
 use super::{Active, SUCCESS};
 use crate::log;
@@ -48,15 +48,18 @@ impl Active {
         self.start_reclaimer();
         // With PyTorch's cache off every free reaches the pool, and the cost is the user's to
         // avoid: said at the default level, with the remedy.
-        let (emit, cost): (fn(std::fmt::Arguments), &str) = if pytorch_cache_off() {
+        let (emit, cost): (fn(std::fmt::Arguments), String) = if pytorch_cache_off() {
             (
                 log::warn,
-                ", which can slow each step (against PyTorch's cache: DDP 37% slower on an H100, \
-                 FSDP2 6.4% on an H200): for such programs leave PyTorch's cache on (unset \
-                 PYTORCH_NO_HIP_MEMORY_CACHING / PYTORCH_NO_CUDA_MEMORY_CACHING)",
+                format!(
+                    ", which can slow each step (against PyTorch's cache: {}): for such programs \
+                     leave PyTorch's cache on (unset PYTORCH_NO_HIP_MEMORY_CACHING / \
+                     PYTORCH_NO_CUDA_MEMORY_CACHING)",
+                    STREAMS_STEP_COST
+                ),
             )
         } else {
-            (log::info, "")
+            (log::info, String::new())
         };
         emit(format_args!(
             "{}: the program {}; freed blocks now wait for a device synchronize before reuse{}",
