@@ -162,11 +162,7 @@ fn readme_corpus_table_is_the_replay() {
 #[test]
 fn step_time_table_has_a_row_per_trace() {
     let doc = std::fs::read_to_string(root().join("docs/benchmarks.md")).unwrap();
-    let rows: Vec<Vec<&str>> = section(&doc, "\n## Step time of every corpus workload")
-        .lines()
-        .filter(|l| l.starts_with("| ") && !l.starts_with("| workload") && !l.starts_with("| ---"))
-        .map(|l| l.split('|').map(str::trim).collect())
-        .collect();
+    let rows = step_time_rows(&doc);
     let named: Vec<(String, String)> = rows
         .iter()
         .map(|r| (r[1].to_string(), r[2].to_string()))
@@ -180,4 +176,98 @@ fn step_time_table_has_a_row_per_trace() {
     let claim = format!("**PASS: {} of the {}**", passes, corpus.len());
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     assert!(readme.contains(&claim), "the README should say {}", claim);
+}
+
+/// The cells of each row of docs/benchmarks.md's "Step time of every corpus workload":
+/// workload, half, verdict, ratio [interval], pairs, card, library, session (from index 1).
+fn step_time_rows(doc: &str) -> Vec<Vec<&str>> {
+    section(doc, "\n## Step time of every corpus workload")
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| workload") && !l.starts_with("| ---"))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect()
+}
+
+/// From session 35 on, a row's figure is the committed calls' pairs: every
+/// `data/step_time/<workload>.*.<card>.json` (an `overhead.py --in-process --json`) pooled
+/// gives the row's pair count and median ratio, and names the row's card. A figure typed in
+/// by hand, or a call's file left out, fails here.
+#[test]
+fn step_time_rows_are_the_committed_pairs() {
+    let doc = std::fs::read_to_string(root().join("docs/benchmarks.md")).unwrap();
+    let dir = root().join("data/step_time");
+    let files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    let mut checked = 0;
+    for row in step_time_rows(&doc) {
+        let (workload, figure, pairs, card) = (row[1], row[4], row[5], row[6]);
+        let session: u32 = row[8].parse().unwrap_or(0);
+        let Some(ratio) = figure
+            .split(' ')
+            .next()
+            .filter(|r| r.parse::<f64>().is_ok())
+        else {
+            continue;
+        };
+        if session < 35 {
+            continue;
+        }
+        let suffix = format!(".{}.json", card.to_lowercase());
+        let mut ratios = Vec::new();
+        for name in files
+            .iter()
+            .filter(|n| n.starts_with(&format!("{}.", workload)) && n.ends_with(&suffix))
+        {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap();
+            let call: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let entries = call["workloads"]
+                .as_object()
+                .expect("a --json of --in-process");
+            for entry in entries.values() {
+                let device = entry["device"].as_str().unwrap_or("");
+                assert!(
+                    device.contains(card),
+                    "{}: device {:?}, row {:?}",
+                    name,
+                    device,
+                    card
+                );
+                for pair in entry["pairs"].as_array().unwrap() {
+                    let ms = |block: &str| pair[block]["median_ms"].as_f64().unwrap();
+                    ratios.push(ms("shim") / ms("paused"));
+                }
+            }
+        }
+        assert!(
+            !ratios.is_empty(),
+            "{}: no data/step_time/{}.*{}",
+            workload,
+            workload,
+            suffix
+        );
+        ratios.sort_by(f64::total_cmp);
+        let n = ratios.len();
+        let median = (ratios[(n - 1) / 2] + ratios[n / 2]) / 2.0;
+        assert_eq!(
+            pairs,
+            n.to_string(),
+            "{}: pairs in the committed calls",
+            workload
+        );
+        assert_eq!(
+            ratio,
+            format!("{:.4}", median),
+            "{}: median of the committed pairs",
+            workload
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 3,
+        "rows checked against data/step_time: {}",
+        checked
+    );
 }
