@@ -158,7 +158,8 @@ fn readme_corpus_table_is_the_replay() {
 
 /// docs/benchmarks.md's "Step time of every corpus workload" has one row per trace of
 /// `data/traces/corpus.tsv`, in its order and with its half, and the README's count of passes
-/// is the table's: a trace added, or a verdict changed, without the other following fails here.
+/// and the line under the table are the table's: a trace added, or a verdict changed, without
+/// the others following fails here.
 #[test]
 fn step_time_table_has_a_row_per_trace() {
     let doc = std::fs::read_to_string(root().join("docs/benchmarks.md")).unwrap();
@@ -176,6 +177,12 @@ fn step_time_table_has_a_row_per_trace() {
     let claim = format!("**PASS: {} of the {}**", passes, corpus.len());
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     assert!(readme.contains(&claim), "the README should say {}", claim);
+    let tally = format!("\n{} PASS in one process", passes);
+    assert!(
+        section(&doc, "\n## Step time of every corpus workload").contains(&tally),
+        "the line under docs/benchmarks.md's step-time table should begin{}",
+        tally
+    );
 }
 
 /// The cells of each row of docs/benchmarks.md's "Step time of every corpus workload":
