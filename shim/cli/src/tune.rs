@@ -68,7 +68,7 @@ struct Report {
     pool_wins: bool,
     /// The pool's piece size picked: `null` for the default.
     pool_piece_size: Option<u64>,
-    /// The most streams one trace allocates on (see [`streams`]).
+    /// The most streams one trace allocates on (see [`load::Trace::stream_count`]).
     streams: u32,
     /// Device synchronizes rocmguard made to reuse freed blocks while the traces were recorded.
     recorded_syncs: u64,
@@ -122,7 +122,11 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
     let pick = scored[0].clone();
     let pool_wins = pool.completes()
         && (!pick.completes() || pool.mean_ratio() < pick.mean_ratio() - CLEAR_MARGIN);
-    let streams = traces.iter().map(streams).max().unwrap_or(1);
+    let streams = traces
+        .iter()
+        .map(load::Trace::stream_count)
+        .max()
+        .unwrap_or(1);
     let recorded_syncs = traces.iter().map(|t| t.recorded_syncs).sum();
     if let Some(path) = &args.plot {
         let policies: Vec<Policy> = [&default, &pick, &pool]
@@ -190,12 +194,6 @@ pub fn exec(args: Args) -> anyhow::Result<u8> {
     };
     print!("{}", view.text(&scored, &default, &pools, &pool, pool_wins));
     Ok(0)
-}
-
-/// How many streams `trace` allocates on: 1 for a trace whose rows name none (one written by
-/// `ROCMGUARD_TRACE`, where `hipMalloc` names no stream), so a program may use more than this.
-fn streams(trace: &load::Trace) -> u32 {
-    trace.streams.iter().max().map_or(1, |&s| s + 1)
 }
 
 /// What shows the program's work out of one stream's order, if anything does: with PyTorch's

@@ -72,6 +72,12 @@ impl Trace {
     pub fn stream(&self, id: u32) -> u32 {
         self.streams.get(id as usize).copied().unwrap_or(0)
     }
+
+    /// How many streams the trace allocates on: 1 for one whose rows name none (one written by
+    /// `ROCMGUARD_TRACE`, where `hipMalloc` names no stream), so a program may use more.
+    pub fn stream_count(&self) -> u32 {
+        self.streams.iter().max().map_or(1, |&s| s + 1)
+    }
 }
 
 /// A file that could not be read: `FILE:LINE: what was wrong`.
