@@ -47,6 +47,15 @@ pub fn sim_lib_dir() -> PathBuf {
         ),
         ("librocblas.so", &["librocblas.so", "librocblas.so.4"][..]),
     ] {
+        // Without this, a program linked against the link fails to load and a test reads only
+        // its exit status.
+        assert!(
+            release.join(file).exists(),
+            "{} has no {} (the simulated runtime): run `cargo build --release` for the whole \
+             workspace first (scripts/test.sh does)",
+            release.display(),
+            file
+        );
         for name in names {
             let link = dir.join(name);
             if std::fs::symlink_metadata(&link).is_err() {
