@@ -465,5 +465,6 @@ def report(workloads, entries, failures, shares, versus_cache, json_path):
         failed = not row.get("placement_ok") and (row["pairs"] > 0 or row["workload"] in failures)
         print(f"  {row['workload']}: {row['placement']}" + ("  -> FAIL" if failed else ""))
     print(TAG + " " + json.dumps([{k: v for k, v in r.items() if k != "ratios"} for r in rows]), flush=True)
-    Path(json_path).write_text(json.dumps({"mode": MODES[versus_cache], "rows": rows, "workloads": entries}, indent=1))
+    if json_path:
+        Path(json_path).write_text(json.dumps({"mode": MODES[versus_cache], "rows": rows, "workloads": entries}, indent=1))
     return 0 if rows and all(r["status"] == "PASS" for r in rows) else 1

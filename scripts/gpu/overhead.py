@@ -163,7 +163,9 @@ def main():
     p.add_argument("--counts", action="store_true", help="also one counting run per round")
     p.add_argument("--cpus", default="2-9", help="CPUs every process is pinned to (taskset)")
     p.add_argument("--budget", type=float, default=540, help="seconds; no round starts past it")
-    p.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "overhead.json"))
+    p.add_argument("--json", default=None,
+                   help="where the figures go (default: overhead.json in $OUT, else here; --pool writes "
+                        "only where this is given)")
     p.add_argument("--in-process", action="store_true",
                    help="one process with the shim: pairs of blocks with the pool on and paused (inprocess.py)")
     p.add_argument("--block-s", type=float, default=0.6, help="--in-process: seconds of timed steps per block")
@@ -171,7 +173,7 @@ def main():
                    help="--in-process: the pool's blocks with PyTorch's cache off, against PyTorch's cache (target +2%%)")
     p.add_argument("--pool", nargs="+", metavar="JSON",
                    help="--in-process: the verdicts of several calls' --json files, their pairs together "
-                        "(refused where the device or the mode differs); writes --json")
+                        "(refused where the device or the mode differs); writes --json if given")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a rocmguard setting for every process with the shim (vmm=0: plain segments); repeatable")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -193,6 +195,7 @@ def main():
         import inprocess
 
         return inprocess.pool_calls(args.pool, args.json)
+    args.json = args.json or os.path.join(os.environ.get("OUT", "."), "overhead.json")
     lib = str(Path(args.lib).resolve())
     if args.in_process:
         import inprocess

@@ -8,6 +8,8 @@ import csv
 import gzip
 import io
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -174,6 +176,21 @@ class PooledCalls(unittest.TestCase):
             with contextlib.redirect_stderr(io.StringIO()) as err:
                 self.assertEqual(inprocess.pool_calls([str(path), str(path)], str(Path(d) / "out.json")), 2)
             self.assertIn("named twice", err.getvalue())
+
+    def test_pooling_from_the_command_line_leaves_no_file_unasked(self):
+        """`overhead.py --pool` prints the verdict; it wrote ./overhead.json unasked, and one was
+        committed by mistake in session 36."""
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "a.json").write_text(json.dumps(self.call([0.98, 0.99, 1.00] * 4)))
+            env = {k: v for k, v in os.environ.items() if k != "OUT"}
+            cmd = [sys.executable, str(Path(__file__).resolve().parent / "overhead.py"), "--in-process",
+                   "--versus-cache", "--pool", "a.json"]
+            out = subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn("PASS", out.stdout)
+            self.assertEqual(sorted(os.listdir(d)), ["a.json"])
+            out = subprocess.run(cmd + ["--json", "b.json"], cwd=d, env=env, capture_output=True, text=True)
+            self.assertEqual(json.loads(Path(d, "b.json").read_text())["rows"][0]["pairs"], 12)
 
 
 if __name__ == "__main__":
