@@ -179,16 +179,19 @@ fn step_time_table_has_a_row_per_trace() {
     assert!(readme.contains(&claim), "the README should say {}", claim);
     let tally = format!("\n{} PASS in one process", passes);
     assert!(
-        section(&doc, "\n## Step time of every corpus workload").contains(&tally),
+        section(&doc, STEP_TIME).contains(&tally),
         "the line under docs/benchmarks.md's step-time table should begin{}",
         tally
     );
 }
 
+/// docs/benchmarks.md's standing table of step times, one row per corpus workload.
+const STEP_TIME: &str = "\n## Step time of every corpus workload";
+
 /// The cells of each row of docs/benchmarks.md's "Step time of every corpus workload":
 /// workload, half, verdict, ratio [interval], pairs, card, library, session (from index 1).
 fn step_time_rows(doc: &str) -> Vec<Vec<&str>> {
-    section(doc, "\n## Step time of every corpus workload")
+    section(doc, STEP_TIME)
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| workload") && !l.starts_with("| ---"))
         .map(|l| l.split('|').map(str::trim).collect())
