@@ -5,9 +5,11 @@ max, how many traces are over 1.05, and the driver ms and the synchronizes in al
 for, and the frees that waited for the program's work: `replay --json`'s `syncs`). With
 --steady, also the driver ms of each trace's second half (the whole trace's less its first
 half's, replayed alone): what a run keeps paying once past its peak, the part of the driver time
-a longer run multiplies.
+a longer run multiplies. With --capacity F:live (or F:reserved), also each trace replayed on a
+device of F times its peak live (or its peak reserved under that policy uncapped): the traces
+some request fails on and the driver ms there, per half (a cap a program fits in).
 
-Usage: python3 scripts/corpus_summary.py [--rocmguard PATH] [--steady] POLICY...
+Usage: python3 scripts/corpus_summary.py [--rocmguard PATH] [--steady] [--capacity F:BASE] POLICY...
   e.g. python3 scripts/corpus_summary.py rocmguard rocmguard:piece_size=16MiB pytorch
 POLICY is what `rocmguard replay --policy` takes (default: rocmguard pytorch).
 """
@@ -27,6 +29,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rocmguard", default=str(ROOT / "target/release/rocmguard"))
     p.add_argument("--steady", action="store_true", help="also the driver ms of each second half")
+    p.add_argument("--capacity", type=capacity, metavar="F:BASE",
+                   help="also replay on a device of F x each trace's peak live or peak reserved")
     p.add_argument("policies", nargs="*", default=["rocmguard", "pytorch"])
     args = p.parse_args()
     halves = {}
@@ -66,6 +70,36 @@ def main():
             syncs = sum(x[4] for x in r if x[0] == half)
             print(f"{policy[:30]:30} {half:6} median {statistics.median(ratios):.3f} max {max(ratios):.3f} "
                   f"over 1.05: {sum(x > 1.05 for x in ratios):2}  driver ms {ms:7.1f}{tail}  syncs {syncs:4}")
+    if args.capacity:
+        capped(args, out, halves)
+
+
+def capacity(text):
+    """`F:live` or `F:reserved`, as (F, the key of `replay --json` that F multiplies)."""
+    factor, _, base = text.partition(":")
+    if base not in ("live", "reserved"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give F:live or F:reserved, e.g. 1.02:live")
+    return float(factor), "peak_" + base
+
+
+def capped(args, out, halves):
+    """Each trace again on a device of the --capacity: per policy and half, the traces that fail
+    (with their failed requests) and the driver ms of the capped runs."""
+    factor, base = args.capacity
+    print(f"\non a device of {factor} x each trace's {base.replace('_', ' ')}:")
+    for i, policy in enumerate(args.policies):
+        results = []
+        for t in out["traces"]:
+            r = t["policies"][i]
+            cmd = [args.rocmguard, "replay", "--json", "--policy", policy,
+                   "--capacity", str(int(r[base] * factor)), t["file"]]
+            run = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+            results.append((t["trace"], run["traces"][0]["policies"][0]))
+        for half in ("tune", "report"):
+            rs = [(name, r) for name, r in results if halves[name] == half]
+            failed = ", ".join(f"{name} {r['ooms']}" for name, r in rs if r["ooms"])
+            print(f"{policy[:30]:30} {half:6} failing {sum(r['ooms'] > 0 for _, r in rs):2} of {len(rs)}"
+                  f"  driver ms {sum(r['driver_ms'] for _, r in rs):7.1f}  ({failed or 'none'})")
 
 
 def replay(args, paths):
