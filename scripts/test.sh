@@ -38,6 +38,8 @@ stage 1-pypi scripts/pypi-clients.sh
 # The GPU check's driver (scripts/gpu-check.sh) judged against fake runs; its tests that need
 # PyTorch skip without it.
 stage 2-python python3 scripts/gpu/test_driver.py
+# corpus_summary.py's --capacity, the measure of a cap a program fits in, over the whole corpus.
+stage 2-corpus python3 scripts/test_corpus_summary.py
 stage 3-msrv scripts/core-msrv.sh
 stage 4-windows scripts/windows-test.sh
 # A tidy guest: nothing left in the temporary directory.
