@@ -27,23 +27,25 @@ def failing(out):
 
 
 class Capacity(unittest.TestCase):
+    def capped(self, capacity):
+        """{half: (traces failing, traces)} of rocmguard on devices of `capacity`."""
+        rc, out = summary("--capacity", capacity, "rocmguard")
+        self.assertEqual(rc, 0, out)
+        counts = failing(out)
+        self.assertEqual(set(counts), {"tune", "report"}, out)
+        return counts, out[-600:]
+
     def test_each_trace_fits_a_device_of_its_own_peak_reserved(self):
         # What tests/tests/replay_caps.rs holds the pool to, seen through the tool.
-        rc, out = summary("--capacity", "1.0:reserved", "rocmguard")
-        self.assertEqual(rc, 0, out)
-        counts = failing(out)
-        self.assertEqual(set(counts), {"tune", "report"}, out)
+        counts, tail = self.capped("1.0:reserved")
         for half, (bad, all_) in counts.items():
             self.assertGreaterEqual(all_, 10, half)
-            self.assertEqual(bad, 0, f"{half}: {out[-600:]}")
+            self.assertEqual(bad, 0, f"{half}: {tail}")
 
     def test_no_trace_fits_a_device_smaller_than_its_peak_live(self):
-        rc, out = summary("--capacity", "0.99:live", "rocmguard")
-        self.assertEqual(rc, 0, out)
-        counts = failing(out)
-        self.assertEqual(set(counts), {"tune", "report"}, out)
+        counts, tail = self.capped("0.99:live")
         for half, (bad, all_) in counts.items():
-            self.assertEqual(bad, all_, f"{half}: {out[-600:]}")
+            self.assertEqual(bad, all_, f"{half}: {tail}")
 
     def test_a_capacity_without_its_base_is_refused_with_the_forms(self):
         rc, out = summary("--capacity", "1.02", "rocmguard")
