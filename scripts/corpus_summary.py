@@ -77,9 +77,13 @@ def main():
 def capacity(text):
     """`F:live` or `F:reserved`, as (F, the key of `replay --json` that F multiplies)."""
     factor, _, base = text.partition(":")
-    if base not in ("live", "reserved"):
+    try:
+        factor = float(factor)
+    except ValueError:
+        factor = 0.0
+    if base not in ("live", "reserved") or not factor > 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give F:live or F:reserved, e.g. 1.02:live")
-    return float(factor), "peak_" + base
+    return factor, "peak_" + base
 
 
 def capped(args, out, halves):

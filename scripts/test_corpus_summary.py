@@ -47,10 +47,11 @@ class Capacity(unittest.TestCase):
         for half, (bad, all_) in counts.items():
             self.assertEqual(bad, all_, f"{half}: {tail}")
 
-    def test_a_capacity_without_its_base_is_refused_with_the_forms(self):
-        rc, out = summary("--capacity", "1.02", "rocmguard")
-        self.assertEqual(rc, 2)
-        self.assertIn("give F:live or F:reserved", out)
+    def test_a_capacity_without_its_base_or_a_size_is_refused_with_the_forms(self):
+        for bad in ("1.02", "0:reserved", "x:live"):
+            rc, out = summary("--capacity", bad, "rocmguard")
+            self.assertEqual(rc, 2, bad)
+            self.assertIn("give F:live or F:reserved", out)
 
 
 if __name__ == "__main__":
